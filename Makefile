@@ -1,0 +1,43 @@
+# GPU Portal: `make run` starts everything on this machine, `make test` runs the whole suite.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+export PORT
+
+.PHONY: install install-dev run test migrate clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+# Reinstall only when a requirements file changed.
+$(VENV)/.installed: requirements.txt | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+migrate: install
+	$(PY) manage.py migrate --noinput -v0
+	@if [ -z "$$REDIS_URL" ]; then $(PY) manage.py migrate --database channels --noinput -v0; fi
+
+run: migrate
+	$(PY) manage.py collectstatic --noinput -v0
+	$(PY) manage.py demo --url "http://127.0.0.1:$(PORT)/"
+	@echo "Starting web, worker and scheduler; Ctrl-C stops them all."
+	$(VENV)/bin/honcho --procfile platform/Procfile --app-root . start --port $(PORT)
+
+# Tests keep their files (test databases, broker folder) apart from `make run`'s.
+test: install-dev
+	PORTAL_DATA_ROOT="$${PORTAL_TEST_DATA_ROOT:-$(CURDIR)/var/test}" $(PY) -m pytest
+
+clean:
+	rm -rf var/test

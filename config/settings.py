@@ -1,0 +1,247 @@
+"""Django settings, read from the environment only (see README "Configuration").
+
+Embedded defaults run everything on one machine with no servers: SQLite under
+PORTAL_DATA_ROOT, a filesystem Celery broker and a SQLite channel layer.
+Setting REDIS_URL switches the broker, cache and channel layer to Redis.
+"""
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import Env, EnvError
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = Env()
+
+
+def _read_settings():
+    try:
+        return _settings_from_env()
+    except (EnvError, ValueError) as exc:
+        raise ImproperlyConfigured(f"Invalid setting: {exc}") from exc
+
+
+def _settings_from_env():
+    data_root = Path(env.str("PORTAL_DATA_ROOT", str(BASE_DIR / "var")))
+    if not data_root.is_absolute():
+        data_root = (BASE_DIR / data_root).resolve()
+    data_root.mkdir(parents=True, exist_ok=True)
+    return {
+        "data_root": data_root,
+        "secret_key": env.str("DJANGO_SECRET_KEY") or _local_secret_key(data_root),
+        "debug": env.bool("DJANGO_DEBUG", False),
+        "allowed_hosts": env.list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"]),
+        "csrf_trusted_origins": env.list("DJANGO_CSRF_TRUSTED_ORIGINS", []),
+        "database_url": env.url(
+            "DATABASE_URL", f"sqlite:///{data_root / 'portal.sqlite3'}", schemes=("sqlite", "postgres", "postgresql")
+        ),
+        "redis_url": env.url("REDIS_URL", None, schemes=("redis", "rediss", "unix")),
+        "port": env.int("PORT", 8000, minimum=1, maximum=65535),
+        "throttle_anon": env.rate("PORTAL_THROTTLE_ANON", "60/minute"),
+        "throttle_user": env.rate("PORTAL_THROTTLE_USER", "3000/minute"),
+        "log_level": env.str("PORTAL_LOG_LEVEL", "INFO").upper(),
+    }
+
+
+def _local_secret_key(data_root: Path) -> str:
+    """Generate the key once into the data root, so sessions survive restarts of a local install."""
+    path = data_root / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+_s = _read_settings()
+if _s["log_level"] not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+    raise ImproperlyConfigured(f"Invalid setting: PORTAL_LOG_LEVEL={_s['log_level']!r} is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+
+PORTAL_DATA_ROOT = _s["data_root"]
+PORTAL_PORT = _s["port"]
+REDIS_URL = _s["redis_url"]
+SECRET_KEY = _s["secret_key"]
+DEBUG = _s["debug"]
+ALLOWED_HOSTS = _s["allowed_hosts"]
+CSRF_TRUSTED_ORIGINS = _s["csrf_trusted_origins"]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "quotas",
+    "jobs",
+    "models_registry",
+    "frontend",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Databases ---------------------------------------------------------------
+_default_db = dj_database_url.parse(_s["database_url"], conn_max_age=0)
+if _default_db["ENGINE"] == "django.db.backends.sqlite3":
+    # Web, worker and beat write to the same file: WAL lets readers run beside a
+    # writer, and IMMEDIATE transactions take the write lock up front instead of
+    # failing half-way with "database is locked".
+    _default_db["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # A file, not memory, so that the worker and server processes started by the
+    # end-to-end tests see the test database.
+    _default_db["TEST"] = {"NAME": str(PORTAL_DATA_ROOT / "test-portal.sqlite3")}
+DATABASES = {"default": _default_db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Cache, Celery, Channels -------------------------------------------------
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CELERY_BROKER_URL = REDIS_URL
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    # kombu's filesystem transport: a real broker between processes of one
+    # machine, with nothing to install or start.
+    _broker_dir = PORTAL_DATA_ROOT / "broker"
+    for _sub in ("queue", "processed"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+    # channels-lite: a channel layer in its own SQLite file, so that the worker
+    # process can push to websocket clients of the web process without Redis.
+    DATABASES["channels"] = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(PORTAL_DATA_ROOT / "channels.sqlite3"),
+        "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+        "TEST": {"NAME": str(PORTAL_DATA_ROOT / "test-channels.sqlite3")},
+    }
+    DATABASE_ROUTERS = ["channels_lite.router.ChannelsRouter"]
+    INSTALLED_APPS.append("channels_lite")
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_lite.layers.core.SQLiteChannelLayer",
+            "CONFIG": {"database": "channels", "polling_interval": 0.05},
+        }
+    }
+
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(PORTAL_DATA_ROOT / "celerybeat-schedule")
+CELERY_TIMEZONE = "UTC"
+
+# --- Auth, i18n, static ------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = PORTAL_DATA_ROOT / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve straight from the apps' static folders when collectstatic has not run
+# (tests, a first `make run` that was interrupted).
+WHITENOISE_USE_FINDERS = True
+
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "SAMEORIGIN"
+
+# --- REST framework ----------------------------------------------------------
+REST_FRAMEWORK = {
+    # Token first: its WWW-Authenticate header makes anonymous calls 401, not 403.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "config.api.Pagination",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_THROTTLE_CLASSES": ["config.api.AnonThrottle", "config.api.UserThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"anon": _s["throttle_anon"], "user": _s["throttle_user"]},
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "GPU Portal API",
+    "DESCRIPTION": "Training jobs, department quotas, models and serving. See API.md for the contract.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": _s["log_level"]},
+}

@@ -1,0 +1,247 @@
+"""REST endpoints for identity and tenancy (API.md "Identity and tenancy"). Thin: look up, check, call."""
+
+from django.contrib.auth import authenticate
+from django.http import Http404
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, serializers, status
+from rest_framework.authtoken.models import Token
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from quotas import permissions, selectors, services
+
+
+class TokenApi(APIView):
+    """Create, or return the existing, personal API token of a user."""
+
+    permission_classes = [AllowAny]
+    authentication_classes: list = []
+
+    class TokenInputSerializer(serializers.Serializer):
+        username = serializers.CharField()
+        password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+
+    class TokenOutputSerializer(serializers.Serializer):
+        token = serializers.CharField()
+
+    @extend_schema(request=TokenInputSerializer, responses={200: TokenOutputSerializer}, auth=[])
+    def post(self, request):
+        data = self.TokenInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = authenticate(request, **data.validated_data)
+        if user is None:
+            # One message for any wrong part, so callers cannot probe usernames.
+            raise serializers.ValidationError({"non_field_errors": ["Unable to sign in with that username and password."]})
+        token, _ = Token.objects.get_or_create(user=user)
+        return Response({"token": token.key})
+
+
+class MembershipOutput(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    role = serializers.CharField()
+
+
+class MeApi(APIView):
+    class MeOutputSerializer(serializers.Serializer):
+        username = serializers.CharField()
+        is_platform_admin = serializers.BooleanField()
+        departments = MembershipOutput(many=True)
+
+    @extend_schema(responses=MeOutputSerializer)
+    def get(self, request):
+        user = request.user
+        departments = [
+            {"slug": m.department.slug, "name": m.department.name, "role": m.role}
+            for m in user.memberships.select_related("department")
+        ]
+        return Response(
+            self.MeOutputSerializer(
+                {"username": user.username, "is_platform_admin": permissions.is_platform_admin(user), "departments": departments}
+            ).data
+        )
+
+
+class DepartmentListApi(generics.ListAPIView):
+    class DepartmentSummaryOutputSerializer(serializers.Serializer):
+        slug = serializers.CharField()
+        name = serializers.CharField()
+        role = serializers.SerializerMethodField()
+
+        def get_role(self, department) -> str | None:
+            return permissions.roles(self.context["request"].user).get(department.pk)
+
+    serializer_class = DepartmentSummaryOutputSerializer
+
+    def get_queryset(self):
+        return permissions.visible_departments(self.request.user)
+
+
+class QuotaSerializer(serializers.Serializer):
+    cluster = serializers.CharField(max_length=40)
+    gpu_type = serializers.CharField(max_length=40)
+    nominal = serializers.IntegerField(min_value=0, max_value=100_000)
+    borrowing_limit = serializers.IntegerField(min_value=0, max_value=100_000, allow_null=True, required=False, default=None)
+    lending_limit = serializers.IntegerField(min_value=0, max_value=100_000, allow_null=True, required=False, default=None)
+
+
+class QuotaUsageSerializer(QuotaSerializer):
+    in_use = serializers.FloatField(help_text="GPUs held by the department's admitted jobs.")
+    borrowed = serializers.FloatField(help_text="GPUs in use beyond nominal, borrowed from idle capacity.")
+    pending = serializers.FloatField(help_text="GPUs requested by the department's queued jobs.")
+
+
+class DepartmentDetailSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    role = serializers.CharField(allow_null=True)
+    quotas = QuotaSerializer(many=True)
+    usage = QuotaUsageSerializer(many=True)
+
+
+def _department_detail(request, department) -> dict:
+    rows = [
+        {
+            "cluster": quota.pool.cluster.name,
+            "gpu_type": quota.pool.gpu_type,
+            "nominal": quota.nominal,
+            "borrowing_limit": quota.borrowing_limit,
+            "lending_limit": quota.lending_limit,
+            "in_use": usage.in_use,
+            "borrowed": usage.borrowed,
+            "pending": usage.pending,
+        }
+        for quota, usage in selectors.department_quotas(department=department)
+    ]
+    return DepartmentDetailSerializer(
+        {
+            "slug": department.slug,
+            "name": department.name,
+            "role": permissions.roles(request.user).get(department.pk),
+            "quotas": rows,
+            "usage": rows,
+        }
+    ).data
+
+
+def _visible_department(request, slug):
+    department = selectors.department_get(user=request.user, slug=slug)
+    if department is None:
+        raise Http404("No department with that slug among yours.")
+    return department
+
+
+class DepartmentDetailApi(APIView):
+    @extend_schema(responses=DepartmentDetailSerializer)
+    def get(self, request, slug):
+        return Response(_department_detail(request, _visible_department(request, slug)))
+
+
+class DepartmentQuotasApi(APIView):
+    """Replace a department's quotas (platform admins only)."""
+
+    @extend_schema(request=QuotaSerializer(many=True), responses=DepartmentDetailSerializer)
+    def put(self, request, slug):
+        department = _visible_department(request, slug)
+        if not permissions.can_set_quotas(request.user):
+            raise PermissionDenied("Only platform admins can change quotas.")
+        if not isinstance(request.data, list):
+            raise serializers.ValidationError({"quotas": ["Send a JSON list of quota objects (cluster, gpu_type, nominal ...)."]})
+        items = [QuotaSerializer(data=item) for item in request.data]
+        if not all([item.is_valid() for item in items]):
+            raise serializers.ValidationError({"quotas": [item.errors for item in items]})
+        services.quota_set(actor=request.user, department=department, quotas=[item.validated_data for item in items])
+        return Response(_department_detail(request, department), status=status.HTTP_200_OK)
+
+
+class PriorityClassListApi(generics.ListAPIView):
+    class PriorityClassOutputSerializer(serializers.Serializer):
+        name = serializers.CharField()
+        value = serializers.IntegerField()
+        preemptible = serializers.BooleanField()
+        description = serializers.CharField()
+
+    serializer_class = PriorityClassOutputSerializer
+
+    def get_queryset(self):
+        return selectors.priority_classes()
+
+
+class ClusterListApi(generics.ListAPIView):
+    class GpuPoolSerializer(serializers.Serializer):
+        gpu_type = serializers.CharField()
+        gpu_memory_gb = serializers.IntegerField()
+        nodes = serializers.IntegerField()
+        gpus_per_node = serializers.IntegerField()
+        total = serializers.IntegerField()
+        allocated = serializers.SerializerMethodField()
+        shareable = serializers.BooleanField()
+
+        def get_allocated(self, pool) -> float:
+            return self.context["allocated"].get(pool.pk, 0)
+
+    class ClusterOutputSerializer(serializers.Serializer):
+        name = serializers.CharField()
+        backend = serializers.CharField()
+        pools = serializers.SerializerMethodField()
+
+        def get_pools(self, cluster) -> list[dict]:
+            return ClusterListApi.GpuPoolSerializer(cluster.pools.all(), many=True, context=self.context).data
+
+    serializer_class = ClusterOutputSerializer
+
+    def get_queryset(self):
+        return selectors.clusters_with_pools()
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "allocated": selectors.pool_allocated()}
+
+
+class ImageListApi(generics.ListAPIView):
+    class ImageOutputSerializer(serializers.Serializer):
+        name = serializers.CharField()
+        framework = serializers.CharField()
+        image = serializers.CharField()
+        official = serializers.BooleanField()
+        department = serializers.CharField(source="department.slug", allow_null=True, default=None)
+
+    serializer_class = ImageOutputSerializer
+
+    def get_queryset(self):
+        return selectors.images_for(user=self.request.user)
+
+
+class StorageListApi(generics.ListAPIView):
+    class StorageOutputSerializer(serializers.Serializer):
+        name = serializers.CharField()
+        department = serializers.CharField(source="department.slug")
+        kind = serializers.CharField()
+        description = serializers.CharField()
+
+    serializer_class = StorageOutputSerializer
+
+    def get_queryset(self):
+        return selectors.storages_for(user=self.request.user)
+
+
+class AuditListApi(generics.ListAPIView):
+    class AuditEventOutputSerializer(serializers.Serializer):
+        at = serializers.DateTimeField()
+        actor = serializers.CharField(source="actor.username", allow_null=True, default=None)
+        department = serializers.CharField(source="department.slug", allow_null=True, default=None)
+        action = serializers.CharField()
+        target = serializers.CharField()
+        data = serializers.JSONField()
+
+    serializer_class = AuditEventOutputSerializer
+
+    def get(self, request, *args, **kwargs):
+        user = request.user
+        if not (permissions.is_platform_admin(user) or "dept_admin" in permissions.roles(user).values()):
+            raise PermissionDenied("The audit log is for department and platform admins.")
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        return selectors.audit_events_for(user=self.request.user)

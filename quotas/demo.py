@@ -1,0 +1,111 @@
+"""The demo world that `make run` loads: two departments, four users, a local cluster.
+
+Idempotent: running it again adds what is missing and changes nothing an
+admin has since edited (quotas, passwords), except that an explicit
+PORTAL_DEMO_PASSWORD is applied to the demo users every time.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from quotas.inventory import DetectedPool
+from quotas.models import Cluster, Department, FrameworkImage, GpuPool, Membership, PriorityClass, Quota, Storage
+
+DEPARTMENTS = {"vision": "Computer Vision", "nlp": "Natural Language Processing"}
+USERS = [
+    # username, department, role, platform admin
+    ("alice", "vision", Membership.Role.MEMBER, False),
+    ("carol", "vision", Membership.Role.DEPT_ADMIN, False),
+    ("bob", "nlp", Membership.Role.MEMBER, False),
+    ("admin", None, None, True),
+]
+PRIORITIES = [("high", 1000, False), ("normal", 500, False), ("low", 100, True)]
+IMAGES = [
+    # name, framework, image reference, packages the local executor installs in its place
+    ("python", "python", "python:3.11-slim", []),
+    ("pytorch", "pytorch", "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime", ["torch==2.13.0"]),
+    ("tensorflow", "tensorflow", "tensorflow/tensorflow:2.17.0-gpu", ["tensorflow-cpu"]),
+]
+
+
+@dataclass
+class DemoResult:
+    password: str
+    password_source: str
+    users: list[tuple[str, str]]
+    pools: list[DetectedPool]
+
+
+def demo_load(*, data_root: Path, pools: list[DetectedPool], password: str | None) -> DemoResult:
+    source = "PORTAL_DEMO_PASSWORD"
+    password_file = data_root / "demo-password"
+    if password is None:
+        source = str(password_file)
+        if not password_file.exists():
+            password_file.write_text(secrets.token_urlsafe(9))
+            password_file.chmod(0o600)
+        password = password_file.read_text().strip()
+    apply_password = source == "PORTAL_DEMO_PASSWORD"
+
+    with transaction.atomic():
+        departments = {
+            slug: Department.objects.get_or_create(slug=slug, defaults={"name": name})[0]
+            for slug, name in DEPARTMENTS.items()
+        }
+        summary = []
+        user_model = get_user_model()
+        for username, dept, role, is_admin in USERS:
+            user, created = user_model.objects.get_or_create(
+                username=username,
+                defaults={"is_staff": is_admin, "is_superuser": is_admin, "email": f"{username}@example.com"},
+            )
+            if created or apply_password:
+                user.set_password(password)
+                user.save()
+            if dept:
+                Membership.objects.get_or_create(user=user, department=departments[dept], defaults={"role": role})
+            summary.append((username, f"{role.label} of {dept}" if dept else "platform admin"))
+
+        cluster, _ = Cluster.objects.get_or_create(
+            name="local",
+            defaults={"backend": Cluster.Backend.LOCAL, "settings": {"allow_local_code": True, "grace_seconds": 30}},
+        )
+        for detected in pools:
+            pool, created = GpuPool.objects.get_or_create(
+                cluster=cluster,
+                gpu_type=detected.gpu_type,
+                defaults={
+                    "gpu_memory_gb": detected.gpu_memory_gb, "nodes": 1, "gpus_per_node": detected.gpus,
+                    "shareable": True,
+                },
+            )
+            if created:
+                # Split the pool between the departments; vision gets any odd GPU.
+                share, rest = divmod(pool.total, len(departments))
+                for index, department in enumerate(departments.values()):
+                    Quota.objects.get_or_create(
+                        department=department, pool=pool,
+                        defaults={"nominal": share + (rest if index == 0 else 0), "borrowing_limit": None},
+                    )
+
+        for name, value, preemptible in PRIORITIES:
+            PriorityClass.objects.get_or_create(name=name, defaults={"value": value, "preemptible": preemptible})
+        for name, framework, reference, packages in IMAGES:
+            FrameworkImage.objects.get_or_create(
+                name=name,
+                defaults={"framework": framework, "image": reference, "official": True, "base_packages": packages},
+            )
+        for slug, storage_name in [("vision", "vision-datasets"), ("nlp", "nlp-corpora")]:
+            path = data_root / "storage" / storage_name
+            path.mkdir(parents=True, exist_ok=True)
+            Storage.objects.get_or_create(
+                department=departments[slug], name=storage_name,
+                defaults={"kind": Storage.Kind.LOCAL, "local_path": str(path), "description": "Demo data sets"},
+            )
+    return DemoResult(password=password, password_source=source, users=summary, pools=pools)

@@ -1,0 +1,16 @@
+from django.urls import path
+
+from quotas import api
+
+urlpatterns = [
+    path("auth/token/", api.TokenApi.as_view(), name="api-token"),
+    path("me/", api.MeApi.as_view(), name="api-me"),
+    path("departments/", api.DepartmentListApi.as_view(), name="api-departments"),
+    path("departments/<slug:slug>/", api.DepartmentDetailApi.as_view(), name="api-department"),
+    path("departments/<slug:slug>/quotas/", api.DepartmentQuotasApi.as_view(), name="api-department-quotas"),
+    path("priority-classes/", api.PriorityClassListApi.as_view(), name="api-priority-classes"),
+    path("clusters/", api.ClusterListApi.as_view(), name="api-clusters"),
+    path("images/", api.ImageListApi.as_view(), name="api-images"),
+    path("storage/", api.StorageListApi.as_view(), name="api-storage"),
+    path("audit/", api.AuditListApi.as_view(), name="api-audit"),
+]

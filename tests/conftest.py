@@ -1,0 +1,44 @@
+"""One fixed world shared by all tests (as in healthchecks' hc/test.py).
+
+vision: alice (member), carol (dept_admin); nlp: bob (member); admin: platform admin.
+The world is the demo world that `make run` loads, with a known password.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from quotas.demo import demo_load
+from quotas.inventory import SIMULATED
+
+PASSWORD = "correct-horse-battery"
+
+
+class World:
+    def __init__(self, data_root):
+        demo_load(data_root=data_root, pools=[SIMULATED], password=PASSWORD)
+        users = get_user_model().objects.in_bulk(["alice", "carol", "bob", "admin"], field_name="username")
+        self.alice, self.carol, self.bob, self.admin = users["alice"], users["carol"], users["bob"], users["admin"]
+        self.password = PASSWORD
+
+    def api(self, user=None) -> APIClient:
+        """A REST client authenticated with the user's personal token (anonymous for None)."""
+        client = APIClient()
+        if user is not None:
+            token, _ = Token.objects.get_or_create(user=user)
+            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+
+@pytest.fixture
+def world(db, tmp_path) -> World:
+    return World(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # The real hasher takes ~0.5 s per password by design; tests hash dozens.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
