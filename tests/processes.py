@@ -74,7 +74,7 @@ class Processes:
             )
 
     def purge_broker(self) -> None:
-        if settings.CELERY_BROKER_URL == "filesystem://":
+        if settings.CELERY_BROKER_URL.startswith("filesystem://"):
             folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)

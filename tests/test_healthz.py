@@ -5,13 +5,14 @@ from config.celery import app as celery_app
 
 @pytest.mark.django_db(transaction=True, databases="__all__")
 def test_it_reports_database_broker_and_channel_layer_healthy(client):
-    response = client.get("/healthz")
-    assert response.status_code == 200, response.json()
-    body = response.json()
-    assert body["status"] == "ok"
-    assert {name: check["ok"] for name, check in body["checks"].items()} == {
-        "database": True, "broker": True, "channel_layer": True,
-    }
+    for _ in range(3):  # again and again: a check must not leave state behind that breaks the next
+        response = client.get("/healthz")
+        assert response.status_code == 200, response.json()
+        body = response.json()
+        assert body["status"] == "ok"
+        assert {name: check["ok"] for name, check in body["checks"].items()} == {
+            "database": True, "broker": True, "channel_layer": True,
+        }
 
 
 @pytest.mark.django_db(transaction=True, databases="__all__")
