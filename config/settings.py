@@ -43,6 +43,7 @@ def _settings_from_env():
         "throttle_anon": env.rate("PORTAL_THROTTLE_ANON", "60/minute"),
         "throttle_user": env.rate("PORTAL_THROTTLE_USER", "3000/minute"),
         "log_level": env.str("PORTAL_LOG_LEVEL", "INFO").upper(),
+        "reconcile_seconds": env.int("PORTAL_RECONCILE_SECONDS", 2, minimum=1, maximum=3600),
     }
 
 
@@ -154,6 +155,8 @@ else:
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
+        # The transport polls its folder; a short interval keeps job starts quick.
+        "polling_interval": 0.1,
     }
     # channels-lite: a channel layer in its own SQLite file, so that the worker
     # process can push to websocket clients of the web process without Redis.
@@ -179,6 +182,11 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(PORTAL_DATA_ROOT / "celerybeat-schedule")
 CELERY_TIMEZONE = "UTC"
+# Compare running jobs with their executor, release GPUs of ended ones and admit
+# what now fits. Submits, endings and cancels also trigger a cycle at once.
+CELERY_BEAT_SCHEDULE = {
+    "reconcile-jobs": {"task": "jobs.tasks.reconcile_jobs", "schedule": float(_s["reconcile_seconds"])},
+}
 
 # --- Auth, i18n, static ------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -6,6 +6,7 @@ from config.health import healthz
 
 api_v1 = [
     path("", include("quotas.urls")),
+    path("", include("jobs.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

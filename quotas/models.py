@@ -82,6 +82,10 @@ class GpuPool(models.Model):
     def total(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    @property
+    def node_names(self) -> list[str]:
+        return [f"{self.cluster.name}-{self.gpu_type.lower()}-{index}" for index in range(self.nodes)]
+
 
 class Quota(models.Model):
     department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="quotas")

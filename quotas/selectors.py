@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 from django.db.models import QuerySet
 
+from jobs import lifecycle
+from jobs.models import Job
 from quotas import permissions
 from quotas.models import AuditEvent, Cluster, Department, FrameworkImage, PriorityClass, Quota, Storage
 
@@ -29,16 +32,33 @@ def department_quotas(*, department: Department) -> list[tuple[Quota, PoolUsage]
 
 
 def pool_usage_by_department(*, department_ids: list[int]) -> dict[tuple[int, int], PoolUsage]:
-    """(department id, pool id) -> GPUs in use, borrowed beyond nominal, and waiting.
-
-    Nothing holds GPUs until training jobs exist; the jobs app fills this in.
-    """
-    return {}
+    """(department id, pool id) -> GPUs in use, borrowed beyond nominal, and waiting."""
+    holding: dict[tuple[int, int], float] = defaultdict(float)
+    waiting: dict[tuple[int, int], float] = defaultdict(float)
+    jobs = Job.objects.filter(department_id__in=department_ids, status__in=[*lifecycle.HOLDS_GPUS, lifecycle.QUEUED])
+    for department_id, pool_id, status, workers, gpus in jobs.values_list(
+        "department_id", "pool_id", "status", "workers", "gpus_per_worker"
+    ):
+        (waiting if status == lifecycle.QUEUED else holding)[(department_id, pool_id)] += workers * gpus
+    nominal = {
+        (q.department_id, q.pool_id): q.nominal for q in Quota.objects.filter(department_id__in=department_ids)
+    }
+    return {
+        key: PoolUsage(
+            in_use=holding[key], borrowed=max(0.0, holding[key] - nominal.get(key, 0)), pending=waiting[key]
+        )
+        for key in set(holding) | set(waiting)
+    }
 
 
 def pool_allocated() -> dict[int, float]:
     """pool id -> GPUs currently allocated to admitted jobs."""
-    return {}
+    allocated: dict[int, float] = defaultdict(float)
+    for pool_id, workers, gpus in Job.objects.filter(status__in=lifecycle.HOLDS_GPUS).values_list(
+        "pool_id", "workers", "gpus_per_worker"
+    ):
+        allocated[pool_id] += workers * gpus
+    return dict(allocated)
 
 
 def clusters_with_pools() -> QuerySet[Cluster]:

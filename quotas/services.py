@@ -1,14 +1,21 @@
-"""Writes to tenancy and capacity: quotas, memberships, and the audit trail."""
+"""Writes to tenancy and capacity: quotas, the audit trail, and admission (the scheduling cycle)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Sum
+from django.utils import timezone
 
+from config.celery import app as celery_app
 from config.errors import InvalidInput
+from jobs import lifecycle
+from jobs.models import Job
+from jobs.transitions import job_transition
 from quotas.models import AuditEvent, Department, GpuPool, Quota
+from quotas.scheduler import Admission, Decisions, PendingJob, PoolState, Snapshot, schedule
 
 
 def audit_record(*, actor, action: str, target: str, department: Department | None = None, data: dict | None = None) -> AuditEvent:
@@ -103,3 +110,89 @@ def _quota_dicts(department: Department) -> list[dict]:
         }
         for q in Quota.objects.filter(department=department).select_related("pool__cluster")
     ]
+
+
+# --- Admission -----------------------------------------------------------------
+
+CYCLE_LOCK_KEY = 0x6770755F  # "gpu_": one scheduling cycle at a time across processes
+
+
+def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
+    """Admit what fits, and tell every job left waiting why. The one way jobs get admitted.
+
+    Runs in one transaction under a cross-process lock, and moves each job with
+    a conditional update, so concurrent cycles and submissions cannot
+    over-admit. Launching happens after commit, in the worker.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        _lock_cycle()
+        queued = {
+            job.pk: job
+            for job in Job.objects.filter(status=lifecycle.QUEUED).select_related("pool__cluster", "priority", "department")
+        }
+        if not queued:
+            return Decisions()
+        pools = {job.pool_id: job.pool for job in queued.values()}
+        decisions = schedule(_snapshot(pools, queued.values()), now=now.timestamp())
+        for admission in decisions.admissions:
+            _admit(queued[admission.job_id], admission, now)
+        for waiting in decisions.waiting:
+            job = queued[waiting.job_id]
+            if (job.pending_reason, job.status_message, job.queue_position) != (waiting.reason, waiting.message, waiting.position):
+                Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
+                    pending_reason=waiting.reason, status_message=waiting.message, queue_position=waiting.position
+                )
+    return decisions
+
+
+def _lock_cycle() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CYCLE_LOCK_KEY])
+    # SQLite: settings open every transaction with BEGIN IMMEDIATE, which
+    # already lets a single writer in at a time.
+
+
+def _snapshot(pools: dict[int, GpuPool], queued) -> Snapshot:
+    used: dict[int, dict[tuple[str, int], float]] = {pool_id: defaultdict(float) for pool_id in pools}
+    holding = Job.objects.filter(status__in=lifecycle.HOLDS_GPUS, pool_id__in=list(pools)).values_list("pool_id", "placement")
+    for pool_id, placement in holding:
+        for slot in placement:
+            for gpu in slot["gpus"]:
+                used[pool_id][(slot["node"], gpu)] += slot.get("gpu_fraction") or 1.0
+    return Snapshot(
+        pools={
+            pool.pk: PoolState(
+                pool_id=pool.pk, name=str(pool), nodes=tuple(pool.node_names), gpus_per_node=pool.gpus_per_node,
+                shareable=pool.shareable, used=dict(used[pool.pk]),
+            )
+            for pool in pools.values()
+        },
+        pending=tuple(
+            PendingJob(
+                job_id=job.pk, pool_id=job.pool_id, department=job.department.slug, priority=job.priority.value,
+                submitted_at=job.created_at.timestamp(), workers=job.workers, gpus_per_worker=job.gpus_per_worker,
+            )
+            for job in queued
+        ),
+    )
+
+
+def _admit(job: Job, admission: Admission, now: datetime) -> None:
+    placement = [
+        {"worker": slot.worker, "node": slot.node, "gpus": list(slot.gpus), "gpu_fraction": slot.fraction}
+        for slot in admission.slots
+    ]
+    where = ", ".join(
+        f"worker {slot.worker} on {slot.node}" + (f" GPU {','.join(map(str, slot.gpus))}" if slot.gpus else "")
+        + (f" ({slot.fraction:g} share)" if slot.fraction else "")
+        for slot in admission.slots
+    )
+    job_transition(
+        job=job, to=lifecycle.ADMITTED, reason="admitted", message=f"Admitted: {where}.", now=now,
+        placement=placement, admitted_at=now, pending_reason="", status_message="", queue_position=None,
+    )
+    job_id = job.pk
+    # By name: the tasks module sits above this one and imports it.
+    transaction.on_commit(lambda: celery_app.send_task("jobs.tasks.launch_job", args=[job_id]))

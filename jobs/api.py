@@ -1,0 +1,251 @@
+"""REST endpoints for training jobs (API.md "Jobs"). Thin: parse, look up, call a service."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+
+from asgiref.sync import sync_to_async
+from django.http import Http404, StreamingHttpResponse
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.fields import SkipField, empty
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from jobs import lifecycle, selectors, services
+from jobs.models import Job, JobEvent
+
+
+class MountSerializer(serializers.Serializer):
+    storage = serializers.CharField(max_length=60)
+    path = serializers.CharField(max_length=500)
+    read_only = serializers.BooleanField(default=False)
+
+
+class JobInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    department = serializers.CharField(max_length=40)
+    cluster = serializers.CharField(max_length=40, required=False, allow_blank=True)
+    code_url = serializers.CharField(max_length=2000, trim_whitespace=False)
+    code_ref = serializers.CharField(max_length=500, required=False, allow_blank=True, allow_null=True)
+    command = serializers.CharField(max_length=100_000, allow_blank=True, trim_whitespace=False)
+    image = serializers.CharField(max_length=60, default="python")
+    requirements = serializers.ListField(child=serializers.CharField(max_length=1000), default=list, max_length=1000)
+    workers = serializers.IntegerField(default=1)
+    gpus_per_worker = serializers.FloatField(default=1)
+    gpu_type = serializers.CharField(max_length=40, required=False, allow_blank=True, allow_null=True)
+    priority = serializers.CharField(max_length=40, default="normal")
+    mounts = serializers.ListField(child=MountSerializer(), default=list, max_length=1000)
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), default=dict)
+    tensorboard = serializers.BooleanField(default=True)
+    max_runtime_seconds = serializers.IntegerField(required=False, allow_null=True)
+
+
+def parse_job_input(data) -> tuple[dict, dict]:
+    """Each field on its own, so one bad field does not hide the problems of the others.
+
+    Returns (values of fields that parsed, errors of those that did not).
+    """
+    if not isinstance(data, dict):
+        raise ValidationError({"non_field_errors": ["Send a JSON object describing the job."]})
+    fields = JobInputSerializer().fields
+    values, errors = {}, {}
+    for name, field in fields.items():
+        try:
+            values[name] = field.run_validation(field.get_value(data))
+        except ValidationError as exc:
+            errors[name] = exc.detail
+        except SkipField:
+            pass
+    for unknown in sorted(set(data) - set(fields)):
+        guess = [name for name in fields if name.startswith(unknown)] or difflib.get_close_matches(unknown, fields, n=1)
+        errors[unknown] = [f"Unknown field{f'; did you mean {guess[0]!r}?' if guess else '.'}"]
+    return values, errors
+
+
+class PlacementSerializer(serializers.Serializer):
+    worker = serializers.IntegerField()
+    node = serializers.CharField()
+    gpus = serializers.ListField(child=serializers.IntegerField())
+    gpu_fraction = serializers.FloatField(allow_null=True, required=False)
+
+
+class JobOutputSerializer(serializers.ModelSerializer):
+    department = serializers.CharField(source="department.slug")
+    cluster = serializers.CharField(source="cluster.name")
+    image = serializers.CharField(source="image.name")
+    gpu_type = serializers.CharField(source="pool.gpu_type")
+    priority = serializers.CharField(source="priority.name")
+    submitted_by = serializers.CharField(source="submitted_by.username")
+    mounts = MountSerializer(many=True)
+    env = serializers.DictField(child=serializers.CharField())
+    requirements = serializers.ListField(child=serializers.CharField())
+    placement = PlacementSerializer(many=True)
+    tensorboard_url = serializers.SerializerMethodField()
+    events_url = serializers.SerializerMethodField()
+    logs_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "department", "cluster", "code_url", "code_ref", "commit", "command", "image", "requirements",
+            "workers", "gpus_per_worker", "gpu_type", "priority", "mounts", "env", "tensorboard", "max_runtime_seconds",
+            "status", "pending_reason", "status_message", "queue_position", "submitted_by", "created_at", "admitted_at",
+            "started_at", "finished_at", "exit_code", "placement", "gpu_seconds", "tensorboard_url", "events_url",
+            "logs_url",
+        ]
+
+    def get_tensorboard_url(self, job) -> str | None:
+        return f"/tensorboard/{job.pk}/" if job.tensorboard else None
+
+    def get_events_url(self, job) -> str:
+        return reverse("api-job-events", args=[job.pk])
+
+    def get_logs_url(self, job) -> str:
+        return reverse("api-job-logs", args=[job.pk])
+
+
+def _visible_job(request, job_id) -> Job:
+    job = selectors.job_get(user=request.user, job_id=job_id)
+    if job is None:
+        raise Http404("No job with that id in your departments.")
+    return job
+
+
+class JobListApi(generics.ListAPIView):
+    serializer_class = JobOutputSerializer
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("department", str, description="Department slug"),
+            OpenApiParameter("status", str, description="One status, or several separated by commas"),
+            OpenApiParameter("submitted_by", str, description="Username"),
+            OpenApiParameter("search", str, description="Text in the name, command or code URL"),
+        ]
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        params = self.request.query_params
+        return selectors.jobs_for(
+            user=self.request.user, department=params.get("department", ""), status=params.get("status", ""),
+            submitted_by=params.get("submitted_by", ""), search=params.get("search", ""),
+        )
+
+    @extend_schema(
+        request=JobInputSerializer, responses={201: JobOutputSerializer, 200: JobOutputSerializer},
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                                     description="The same key from the same user returns the first job (200).")],
+    )
+    def post(self, request):
+        values, type_errors = parse_job_input(request.data)
+        key = request.headers.get("Idempotency-Key", "").strip()[:200]
+        job, created = services.job_submit(user=request.user, data=values, type_errors=type_errors, idempotency_key=key)
+        return Response(JobOutputSerializer(job).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class JobDetailApi(APIView):
+    @extend_schema(responses=JobOutputSerializer)
+    def get(self, request, job_id):
+        return Response(JobOutputSerializer(_visible_job(request, job_id)).data)
+
+
+class JobCancelApi(APIView):
+    @extend_schema(request=None, responses={200: JobOutputSerializer})
+    def post(self, request, job_id):
+        job = services.job_cancel(user=request.user, job=_visible_job(request, job_id))
+        return Response(JobOutputSerializer(job).data)
+
+
+class JobCloneApi(APIView):
+    @extend_schema(request=JobInputSerializer, responses={201: JobOutputSerializer})
+    def post(self, request, job_id):
+        source = _visible_job(request, job_id)
+        overrides = request.data if isinstance(request.data, dict) else {}
+        values, type_errors = parse_job_input({**services.job_as_input(source), **overrides})
+        job, _ = services.job_submit(user=request.user, data=values, type_errors=type_errors)
+        return Response(JobOutputSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class JobEventSerializer(serializers.Serializer):
+    time = serializers.DateTimeField()
+    from_status = serializers.CharField()
+    to_status = serializers.CharField()
+    reason = serializers.CharField()
+    message = serializers.CharField()
+
+
+class JobEventsApi(generics.ListAPIView):
+    serializer_class = JobEventSerializer
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation has no job to look up
+            return JobEvent.objects.none()
+        return selectors.job_events(job=_visible_job(self.request, self.kwargs["job_id"]))
+
+
+FOLLOW_POLL_SECONDS = 0.25
+
+
+class JobLogsApi(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("worker", int, description="Worker rank (default 0)"),
+            OpenApiParameter("tail", int, description="Only the last N lines (default all, at most 100000)"),
+            OpenApiParameter("follow", bool, description="Keep streaming new lines until the job ends"),
+        ],
+        responses={(200, "text/plain"): OpenApiTypes.STR},
+    )
+    def get(self, request, job_id):
+        job = _visible_job(request, job_id)
+        params = request.query_params
+        errors = {}
+        worker = _int_param(params.get("worker", "0"), "worker", errors, low=0, high=job.workers - 1)
+        tail = _int_param(params.get("tail", "100000"), "tail", errors, low=1, high=100_000)
+        if errors:
+            raise ValidationError(errors)
+        follow = params.get("follow", "").lower() in {"1", "true", "yes"}
+        executor = services.executor_for(job.cluster)
+        if not follow:
+            lines = selectors.log_tail(executor.logs(str(job.pk), worker, 0), tail)
+            return StreamingHttpResponse(_as_async(lines), content_type="text/plain; charset=utf-8")
+        return StreamingHttpResponse(_follow(job.pk, executor, worker, tail), content_type="text/plain; charset=utf-8")
+
+
+def _int_param(value, name, errors, *, low, high):
+    try:
+        number = int(value)
+    except ValueError:
+        errors[name] = [f"Give a whole number from {low} to {high}."]
+        return None
+    if not low <= number <= high:
+        errors[name] = [f"Give a whole number from {low} to {high}."]
+    return number
+
+
+async def _as_async(lines):
+    for line in lines:
+        yield line
+
+
+async def _follow(job_id, executor, worker, tail):
+    """Stream lines as they are written, until the job has ended and its log is read to the end."""
+    offset = 0
+    first = await sync_to_async(lambda: list(executor.logs(str(job_id), worker, 0)))()
+    for line in first[-tail:]:
+        yield line
+    offset = sum(len(line.encode()) for line in first)
+    while True:
+        ended = await sync_to_async(lambda: Job.objects.filter(pk=job_id, status__in=lifecycle.FINAL).exists())()
+        lines = await sync_to_async(lambda: list(executor.logs(str(job_id), worker, offset)))()
+        for line in lines:
+            yield line
+        offset += sum(len(line.encode()) for line in lines)
+        if ended:
+            return
+        await asyncio.sleep(FOLLOW_POLL_SECONDS)

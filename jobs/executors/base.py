@@ -1,0 +1,96 @@
+"""The executor interface (DESIGN.md "Executors"): what the portal asks of a place that runs jobs.
+
+Plain data in, plain data out; no Django. The local executor runs jobs as
+process groups on this host, the Kubernetes executor as Kubeflow jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class ExecutorError(Exception):
+    """A failure talking to the place that runs jobs.
+
+    ``permanent`` says whether trying again can help: a transient error is
+    retried with backoff, a permanent one fails the job with this message.
+    """
+
+    def __init__(self, message: str, *, permanent: bool):
+        super().__init__(message)
+        self.message = message
+        self.permanent = permanent
+
+
+@dataclass(frozen=True)
+class WorkerPlacement:
+    worker: int  # rank, 0-based
+    node: str
+    gpus: tuple[int, ...] = ()  # GPU indices on the node; () for CPU-only workers
+    gpu_fraction: float | None = None  # set for a shared GPU: this worker's share of gpus[0]
+
+
+@dataclass(frozen=True)
+class Placement:
+    workers: tuple[WorkerPlacement, ...]
+
+
+@dataclass(frozen=True)
+class Mount:
+    name: str  # storage name, e.g. "vision-datasets" -> PORTAL_DATA_VISION_DATASETS
+    path: str  # where the job asked to see it, e.g. "/data"
+    source: str  # local path (local storage) or PVC name (kubernetes)
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: str
+    name: str
+    department: str
+    code_url: str
+    code_ref: str | None
+    command: str
+    framework: str  # python | pytorch | tensorflow | jax
+    image: str  # container image reference (kubernetes); informative on the local executor
+    base_packages: tuple[str, ...] = ()  # what the image provides; the local executor pip-installs them
+    requirements: tuple[str, ...] = ()  # the job's extra PEP 508 requirements
+    workers: int = 1
+    gpus_per_worker: float = 0
+    mounts: tuple[Mount, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    max_runtime_seconds: int | None = None
+    grace_seconds: int = 30
+
+
+# Phases an executor reports. "starting" covers fetching code and installing
+# requirements; the three endings and "lost" are final.
+STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = "starting", "running", "succeeded", "failed", "cancelled", "lost"
+FINAL_PHASES = frozenset({SUCCEEDED, FAILED, CANCELLED, LOST})
+
+
+@dataclass(frozen=True)
+class ObservedState:
+    phase: str  # one of the phases above
+    reason: str = ""  # machine-readable: clone_failed, install_failed, worker_failed, deadline_exceeded, cancelled, lost ...
+    message: str = ""  # for a person: what happened, with the last lines of output on failure
+    exit_code: int | None = None
+    commit: str | None = None  # resolved commit SHA of the code, once fetched
+    started_at: float | None = None  # epoch seconds when the user command started
+    finished_at: float | None = None
+
+
+class Executor(Protocol):
+    def launch(self, job: JobSpec, placement: Placement) -> None:
+        """Start the job. Idempotent: launching a job that was already launched does nothing."""
+
+    def poll(self, job_ids: list[str]) -> dict[str, ObservedState]:
+        """The current state of each job (batched). Unknown ids are left out."""
+
+    def cancel(self, job_id: str, grace_seconds: int) -> None:
+        """SIGTERM every worker, wait ``grace_seconds``, then SIGKILL. Returns without waiting."""
+
+    def logs(self, job_id: str, worker: int, since: int = 0) -> Iterator[str]:
+        """Complete lines of one worker's log from byte offset ``since``, each with its newline."""

@@ -1,0 +1,88 @@
+"""Training jobs and their event timeline."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from jobs import lifecycle
+from quotas.models import Cluster, Department, FrameworkImage, GpuPool, PriorityClass
+
+
+class Job(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = lifecycle.QUEUED
+        ADMITTED = lifecycle.ADMITTED
+        STARTING = lifecycle.STARTING
+        RUNNING = lifecycle.RUNNING
+        SUCCEEDED = lifecycle.SUCCEEDED
+        FAILED = lifecycle.FAILED
+        CANCELLED = lifecycle.CANCELLED
+        PREEMPTED = lifecycle.PREEMPTED
+
+    name = models.CharField(max_length=40)
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="jobs")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="jobs")
+    pool = models.ForeignKey(GpuPool, on_delete=models.PROTECT, related_name="jobs")
+    submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    idempotency_key = models.CharField(max_length=200, blank=True)
+
+    code_url = models.CharField(max_length=500)
+    code_ref = models.CharField(max_length=200, blank=True)
+    command = models.TextField()
+    image = models.ForeignKey(FrameworkImage, on_delete=models.PROTECT, related_name="jobs")
+    requirements = models.JSONField(default=list, blank=True)
+    workers = models.PositiveIntegerField(default=1)
+    gpus_per_worker = models.FloatField(default=1)
+    priority = models.ForeignKey(PriorityClass, on_delete=models.PROTECT, related_name="jobs")
+    mounts = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    tensorboard = models.BooleanField(default=True)
+    max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    pending_reason = models.CharField(max_length=40, blank=True)
+    status_message = models.TextField(blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    commit = models.CharField(max_length=64, blank=True)
+    placement = models.JSONField(default=list, blank=True)
+    gpu_seconds = models.FloatField(default=0)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    launched_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["submitted_by", "idempotency_key"], condition=~Q(idempotency_key=""), name="one_job_per_idempotency_key"
+            )
+        ]
+        indexes = [models.Index(fields=["status", "pool", "created_at"])]
+
+    def __str__(self):
+        return f"{self.name} #{self.pk}"
+
+    @property
+    def gpus(self) -> float:
+        """GPUs the whole gang holds while admitted."""
+        return self.workers * self.gpus_per_worker
+
+
+class JobEvent(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    time = models.DateTimeField(db_index=True)
+    from_status = models.CharField(max_length=20, blank=True)
+    to_status = models.CharField(max_length=20)
+    reason = models.CharField(max_length=40, blank=True)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["time", "id"]
+
+    def __str__(self):
+        return f"{self.job_id}: {self.from_status or '-'} -> {self.to_status} ({self.reason})"

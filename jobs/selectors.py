@@ -1,0 +1,37 @@
+"""Reads of jobs: what a user may see, and what a job logged."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+
+from django.db.models import Q, QuerySet
+
+from jobs.models import Job, JobEvent
+from quotas import permissions
+
+
+def jobs_for(*, user, department: str = "", status: str = "", submitted_by: str = "", search: str = "") -> QuerySet[Job]:
+    jobs = permissions.scope(user, Job.objects.select_related("department", "cluster", "pool", "image", "priority", "submitted_by"))
+    if department:
+        jobs = jobs.filter(department__slug=department)
+    if status:
+        jobs = jobs.filter(status__in=status.split(","))
+    if submitted_by:
+        jobs = jobs.filter(submitted_by__username=submitted_by)
+    if search:
+        jobs = jobs.filter(Q(name__icontains=search) | Q(command__icontains=search) | Q(code_url__icontains=search))
+    return jobs
+
+
+def job_get(*, user, job_id: int) -> Job | None:
+    """The job if the user may see it; None otherwise (answered as 404 alike)."""
+    return jobs_for(user=user).filter(pk=job_id).first()
+
+
+def job_events(*, job: Job) -> QuerySet[JobEvent]:
+    return job.events.all()
+
+
+def log_tail(lines: Iterator[str], count: int) -> list[str]:
+    return list(deque(lines, maxlen=count))

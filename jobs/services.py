@@ -1,0 +1,260 @@
+"""Training jobs: submit, clone, cancel, launch on the cluster's executor, and follow what it reports.
+
+Admission is not here: it is quotas.services.scheduling_cycle(), which runs
+after every submit, every ending and periodically (reconcile).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from config.celery import TransientError
+from config.errors import Conflict
+from jobs import lifecycle
+from jobs.executors.base import (
+    CANCELLED, FAILED, LOST, RUNNING, STARTING, SUCCEEDED, Executor, ExecutorError, JobSpec, Mount, ObservedState,
+    Placement, WorkerPlacement,
+)
+from jobs.models import Job
+from jobs.submission import check_submission
+from jobs.transitions import StaleJob, job_created_event, job_transition
+from quotas.models import Cluster, Storage
+from quotas.services import audit_record, scheduling_cycle
+
+log = logging.getLogger(__name__)
+
+# After a launch, the worker watches the job this long so that a fast start is
+# reported at once instead of at the next reconcile tick.
+LAUNCH_WATCH_SECONDS = 3.0
+# An admitted job whose launch never happened (a lost task) is launched again after this.
+RELAUNCH_AFTER_SECONDS = 30
+
+
+def executor_for(cluster: Cluster) -> Executor:
+    if cluster.backend == Cluster.Backend.LOCAL:
+        from jobs.executors.local import LocalExecutor
+
+        return LocalExecutor(
+            settings.PORTAL_DATA_ROOT / "executors" / cluster.name,
+            allow_local_code=bool(cluster.settings.get("allow_local_code", False)),
+        )
+    raise ExecutorError(f"Cluster {cluster.name} uses the {cluster.backend} backend, which is not available yet.", permanent=True)
+
+
+# --- Submitting ------------------------------------------------------------------
+
+def job_submit(*, user, data: dict, type_errors: dict | None = None, idempotency_key: str = "") -> tuple[Job, bool]:
+    """Create a queued job and run a scheduling cycle. Returns (job, created).
+
+    The same Idempotency-Key from the same user returns the first job instead.
+    """
+    if idempotency_key:
+        existing = Job.objects.filter(submitted_by=user, idempotency_key=idempotency_key).first()
+        if existing:
+            return existing, False
+    clean = check_submission(user=user, data=data, type_errors=type_errors)
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(
+                name=clean.name, department=clean.department, cluster=clean.cluster, pool=clean.pool,
+                submitted_by=user, idempotency_key=idempotency_key, code_url=clean.code_url, code_ref=clean.code_ref,
+                command=clean.command, image=clean.image, requirements=clean.requirements, workers=clean.workers,
+                gpus_per_worker=clean.gpus_per_worker, priority=clean.priority, mounts=clean.mounts, env=clean.env,
+                tensorboard=clean.tensorboard, max_runtime_seconds=clean.max_runtime_seconds,
+            )
+            job_created_event(job=job, message=f"Submitted by {user.username}.")
+    except IntegrityError:
+        # A concurrent request with the same Idempotency-Key won the race.
+        if idempotency_key:
+            return Job.objects.get(submitted_by=user, idempotency_key=idempotency_key), False
+        raise
+    scheduling_cycle()
+    job.refresh_from_db()
+    return job, True
+
+
+def job_as_input(job: Job) -> dict:
+    """A job's spec in the API's input shape (for clone)."""
+    return {
+        "name": job.name, "department": job.department.slug, "cluster": job.cluster.name, "code_url": job.code_url,
+        "code_ref": job.code_ref, "command": job.command, "image": job.image.name, "requirements": job.requirements,
+        "workers": job.workers, "gpus_per_worker": job.gpus_per_worker, "gpu_type": job.pool.gpu_type,
+        "priority": job.priority.name, "mounts": job.mounts, "env": job.env, "tensorboard": job.tensorboard,
+        "max_runtime_seconds": job.max_runtime_seconds,
+    }
+
+
+# --- Cancelling ------------------------------------------------------------------
+
+def job_cancel(*, user, job: Job) -> Job:
+    """Cancel a job. A waiting job ends at once; a launched one gets SIGTERM and its grace period."""
+    if job.status in lifecycle.FINAL:
+        raise Conflict(f"Job {job.pk} has already {job.status}; there is nothing to cancel.")
+    audit_record(actor=user, action="job.cancel", target=f"job {job.pk} ({job.name})", department=job.department,
+                 data={"status": job.status})
+    if job.status in (lifecycle.QUEUED, lifecycle.ADMITTED) and job.launched_at is None:
+        try:
+            job_transition(job=job, to=lifecycle.CANCELLED, reason="cancelled", message=f"Cancelled by {user.username}.")
+        except StaleJob:
+            job.refresh_from_db()
+            return job_cancel(user=user, job=job)
+        scheduling_cycle()
+        return job
+    if job.cancel_requested_at is None:
+        grace = _grace_seconds(job)
+        job.cancel_requested_at = timezone.now()
+        job.status_message = f"Cancelling (by {user.username}): workers get SIGTERM and {grace} s to finish."
+        Job.objects.filter(pk=job.pk).update(cancel_requested_at=job.cancel_requested_at, status_message=job.status_message)
+        from config.celery import app
+
+        job_id = job.pk
+        transaction.on_commit(lambda: app.send_task("jobs.tasks.cancel_job", args=[job_id]))
+    return job
+
+
+def job_stop_on_executor(*, job_id: int) -> None:
+    job = Job.objects.select_related("cluster").get(pk=job_id)
+    if job.status in lifecycle.HOLDS_GPUS:
+        _call(lambda: executor_for(job.cluster).cancel(str(job.pk), _grace_seconds(job)))
+
+
+def _grace_seconds(job: Job) -> int:
+    return int(job.cluster.settings.get("grace_seconds", 30))
+
+
+# --- Launching and observing -------------------------------------------------------
+
+def job_launch(*, job_id: int) -> None:
+    """Start an admitted job on its cluster's executor (idempotent), then watch it start."""
+    job = Job.objects.select_related("cluster", "department", "image", "pool").get(pk=job_id)
+    if job.status != lifecycle.ADMITTED:
+        return
+    executor = executor_for(job.cluster)
+    try:
+        executor.launch(job_spec(job), placement_of(job))
+    except ExecutorError as exc:
+        if not exc.permanent:
+            raise TransientError(exc.message) from exc
+        _end(job, lifecycle.FAILED, reason="launch_failed", message=exc.message)
+        return
+    try:
+        job_transition(job=job, to=lifecycle.STARTING, reason="launched",
+                       message="Fetching the code and preparing the environment.", launched_at=timezone.now())
+    except StaleJob:
+        # Cancelled between admission and launch: stop what was just started.
+        job.refresh_from_db()
+        if job.status in lifecycle.FINAL:
+            executor.cancel(str(job.pk), 0)
+        return
+    deadline = time.monotonic() + LAUNCH_WATCH_SECONDS
+    while time.monotonic() < deadline and job.status == lifecycle.STARTING:
+        state = executor.poll([str(job.pk)]).get(str(job.pk))
+        if state is not None and state.phase != STARTING:
+            job_observe(job=job, state=state)
+            return
+        time.sleep(0.05)
+
+
+def job_observe(*, job: Job, state: ObservedState) -> bool:
+    """Apply what the executor reports. True when the job ended (its GPUs were released)."""
+    fields = {"commit": state.commit} if state.commit and state.commit != job.commit else {}
+    try:
+        if state.phase == RUNNING and job.status in (lifecycle.ADMITTED, lifecycle.STARTING):
+            started = _from_epoch(state.started_at)
+            job_transition(job=job, to=lifecycle.RUNNING, reason="running",
+                           message=f"{job.workers} worker{'s' if job.workers > 1 else ''} running.",
+                           started_at=started, now=started, **fields)
+        elif state.phase in (SUCCEEDED, FAILED, CANCELLED, LOST):
+            status = {SUCCEEDED: lifecycle.SUCCEEDED, CANCELLED: lifecycle.CANCELLED}.get(state.phase, lifecycle.FAILED)
+            reason = state.reason or ("completed" if status == lifecycle.SUCCEEDED else state.phase)
+            message = state.message or {lifecycle.SUCCEEDED: "All workers exited 0."}.get(status, "")
+            if state.started_at and job.started_at is None:
+                fields["started_at"] = _from_epoch(state.started_at)
+            _end(job, status, reason=reason, message=message, exit_code=state.exit_code,
+                 now=_from_epoch(state.finished_at) if state.finished_at else None, **fields)
+            return True
+        elif fields:
+            Job.objects.filter(pk=job.pk).update(**fields)
+    except StaleJob:
+        log.info("job %s moved while being observed; the next reconcile sees it again", job.pk)
+    return False
+
+
+def jobs_reconcile() -> int:
+    """Compare every GPU-holding job with its executor; return how many ended. Runs periodically."""
+    ended = 0
+    active = list(Job.objects.filter(status__in=lifecycle.HOLDS_GPUS).select_related("cluster"))
+    by_cluster: dict[int, list[Job]] = {}
+    for job in active:
+        by_cluster.setdefault(job.cluster_id, []).append(job)
+    now = timezone.now()
+    for jobs in by_cluster.values():
+        executor = executor_for(jobs[0].cluster)
+        launched = [job for job in jobs if job.launched_at is not None]
+        for job in jobs:
+            if job.launched_at is None and (now - job.admitted_at).total_seconds() > RELAUNCH_AFTER_SECONDS:
+                from config.celery import app
+
+                app.send_task("jobs.tasks.launch_job", args=[job.pk])
+        if not launched:
+            continue
+        states = _call(lambda: executor.poll([str(job.pk) for job in launched]))
+        for job in launched:
+            state = states.get(str(job.pk))
+            if state is None:
+                state = ObservedState(phase=LOST, reason="lost", message="The executor has no record of this job.")
+            ended += job_observe(job=job, state=state)
+    scheduling_cycle()
+    return ended
+
+
+def _end(job: Job, status: str, *, reason: str, message: str, **fields) -> None:
+    job_transition(job=job, to=status, reason=reason, message=message, status_message=message, **fields)
+    scheduling_cycle()
+
+
+def _call(operation):
+    try:
+        return operation()
+    except ExecutorError as exc:
+        if exc.permanent:
+            raise
+        raise TransientError(exc.message) from exc
+
+
+def _from_epoch(seconds: float | None):
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(seconds, tz=UTC) if seconds else timezone.now()
+
+
+# --- Specs for executors -------------------------------------------------------------
+
+def job_spec(job: Job) -> JobSpec:
+    storages = {storage.name: storage for storage in Storage.objects.filter(department=job.department)}
+    return JobSpec(
+        job_id=str(job.pk), name=job.name, department=job.department.slug, code_url=job.code_url,
+        code_ref=job.code_ref or None, command=job.command, framework=job.image.framework, image=job.image.image,
+        base_packages=tuple(job.image.base_packages), requirements=tuple(job.requirements), workers=job.workers,
+        gpus_per_worker=job.gpus_per_worker,
+        mounts=tuple(
+            Mount(name=m["storage"], path=m["path"], read_only=m["read_only"],
+                  source=storages[m["storage"]].local_path or storages[m["storage"]].pvc_name)
+            for m in job.mounts if m["storage"] in storages
+        ),
+        env=dict(job.env), max_runtime_seconds=job.max_runtime_seconds, grace_seconds=_grace_seconds(job),
+    )
+
+
+def placement_of(job: Job) -> Placement:
+    return Placement(
+        workers=tuple(
+            WorkerPlacement(worker=slot["worker"], node=slot["node"], gpus=tuple(slot["gpus"]), gpu_fraction=slot.get("gpu_fraction"))
+            for slot in job.placement
+        )
+    )

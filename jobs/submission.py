@@ -1,0 +1,286 @@
+"""Checking a job submission against the rules a person can act on.
+
+Every field problem is collected and reported at once, per field
+(API.md: 400 with {"field": ["message", ...]}). Types are checked by the API's
+input serializer first; this module checks meaning: what exists, what the
+caller's department may use, what the cluster allows.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from django.db.models import Q
+from packaging.requirements import InvalidRequirement, Requirement
+
+from config.errors import InvalidInput
+from quotas import permissions
+from quotas.models import Cluster, Department, FrameworkImage, GpuPool, PriorityClass, Quota, Storage
+
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A git ref that cannot be read as a command-line option or a revision range.
+GIT_REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/@+-]{1,200}(?<!\.lock)(?<![./])$")
+SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+$")  # git@host:team/repo.git
+REMOTE_SCHEMES = ("https", "ssh", "git")
+RESERVED_ENV = {
+    "PORTAL_JOB_ID", "PORTAL_JOB_NAME", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+    "TF_CONFIG", "CUDA_VISIBLE_DEVICES", "TENSORBOARD_LOG_DIR", "PORTAL_OUTPUT_DIR", "PATH", "VIRTUAL_ENV",
+}
+RESERVED_ENV_PREFIXES = ("PORTAL_",)
+MAX_COMMAND = 10_000
+MAX_WORKERS = 64
+MAX_RUNTIME_SECONDS = 30 * 24 * 3600
+DEFAULT_MAX_RUNTIME_SECONDS = 7 * 24 * 3600
+MAX_REQUIREMENTS = 200
+MAX_MOUNTS = 20
+MAX_ENV = 100
+
+
+@dataclass
+class CleanJob:
+    name: str
+    department: Department
+    cluster: Cluster
+    pool: GpuPool
+    code_url: str
+    code_ref: str
+    command: str
+    image: FrameworkImage
+    requirements: list[str]
+    workers: int
+    gpus_per_worker: float
+    priority: PriorityClass
+    mounts: list[dict]
+    env: dict[str, str]
+    tensorboard: bool
+    max_runtime_seconds: int
+
+
+def check_submission(*, user, data: dict, type_errors: dict | None = None) -> CleanJob:
+    """Turn typed input into a CleanJob, or raise InvalidInput naming every problem.
+
+    ``type_errors`` are the problems the API already found in fields that did
+    not even parse; those fields are absent from ``data`` and their rules are
+    skipped, while every other field is still checked, so that a person sees
+    everything to fix at once.
+    """
+    skip_errors: dict[str, list] = {field: list(messages) for field, messages in (type_errors or {}).items()}
+    skip = set(skip_errors)
+    errors: dict[str, list[str]] = {}
+
+    def fail(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    name = data.get("name")
+    if name is not None:
+        if len(name) > 40:
+            fail("name", f"Use at most 40 characters (this name has {len(name)}).")
+        elif not DNS_1035.match(name):
+            fail("name", "Use lower-case letters, digits and '-', starting with a letter and not ending with '-' (a DNS-1035 label).")
+
+    department = None
+    if data.get("department") is not None:
+        department = permissions.visible_departments(user).filter(slug=data["department"]).first()
+        if department is None or not permissions.can_use(user, department):
+            department = None
+            fail("department", f"You are not a member of a department called {data['department']!r}.")
+
+    cluster = _cluster(data, department, fail) if "cluster" not in skip else None
+    pool = _pool(data, department, cluster, fail) if cluster and department and "gpu_type" not in skip else None
+    if data.get("code_url") is not None:
+        _code(data, cluster, fail)
+
+    command = (data.get("command") or "").strip()
+    if "command" not in skip:
+        if not command:
+            fail("command", "Give the command to run, e.g. 'python train.py --epochs 3'.")
+        elif len(command) > MAX_COMMAND:
+            fail("command", f"Keep the command under {MAX_COMMAND} characters; put long scripts in the repository.")
+        elif "\x00" in command:
+            fail("command", "The command contains a NUL character.")
+
+    image = None
+    if department is not None and data.get("image") is not None:
+        image = FrameworkImage.objects.filter(images_of(department), name=data["image"]).first()
+        if image is None:
+            choices = ", ".join(FrameworkImage.objects.filter(images_of(department)).values_list("name", flat=True))
+            fail("image", f"No image called {data['image']!r} in the catalogue; choose one of: {choices}.")
+
+    workers = data.get("workers")
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        fail("workers", f"Use between 1 and {MAX_WORKERS} workers.")
+        workers = None
+    gpus = data.get("gpus_per_worker")
+    if gpus is not None:
+        _gpus(gpus, workers or 1, pool, fail)
+
+    priority = None
+    if data.get("priority") is not None:
+        priority = PriorityClass.objects.filter(name=data["priority"]).first()
+        if priority is None:
+            fail("priority", f"No priority class {data['priority']!r}; choose one of: "
+                 + ", ".join(PriorityClass.objects.values_list("name", flat=True)) + ".")
+
+    requirements = _requirements(data.get("requirements") or [], fail)
+    mounts = _mounts(data.get("mounts") or [], department, fail) if department else []
+    env = _env(data.get("env") or {}, fail)
+
+    runtime = data.get("max_runtime_seconds")
+    if runtime is None:
+        runtime = DEFAULT_MAX_RUNTIME_SECONDS
+    if not 1 <= runtime <= MAX_RUNTIME_SECONDS:
+        fail("max_runtime_seconds", f"Use between 1 second and {MAX_RUNTIME_SECONDS} seconds (30 days).")
+
+    for field, messages in errors.items():
+        skip_errors.setdefault(field, [])
+        skip_errors[field].extend(messages)
+    errors = skip_errors
+    if errors:
+        raise InvalidInput(errors)
+    return CleanJob(
+        name=name, department=department, cluster=cluster, pool=pool, code_url=data["code_url"].strip(),
+        code_ref=(data.get("code_ref") or "").strip(), command=command, image=image, requirements=requirements,
+        workers=workers, gpus_per_worker=float(gpus), priority=priority, mounts=mounts, env=env,
+        tensorboard=data["tensorboard"], max_runtime_seconds=runtime,
+    )
+
+
+def images_of(department: Department) -> Q:
+    """Images a department may use: the official ones and its own custom ones."""
+    return Q(official=True) | Q(department=department)
+
+
+def _cluster(data, department, fail):
+    if data.get("cluster"):
+        cluster = Cluster.objects.filter(name=data["cluster"]).first()
+        if cluster is None:
+            fail("cluster", f"No cluster called {data['cluster']!r}; see GET /api/v1/clusters/.")
+        return cluster
+    if department is None:
+        return None
+    quota = Quota.objects.filter(department=department).select_related("pool__cluster").order_by("pool__cluster__name").first()
+    if quota is None:
+        fail("cluster", f"Department {department.slug} has no GPU quota on any cluster; ask a platform admin for one.")
+        return None
+    return quota.pool.cluster
+
+
+def _pool(data, department, cluster, fail):
+    quotas = Quota.objects.filter(department=department, pool__cluster=cluster).select_related("pool").order_by("pool__gpu_type")
+    types = [quota.pool.gpu_type for quota in quotas]
+    if not types:
+        fail("cluster", f"Department {department.slug} has no GPU quota on cluster {cluster.name}.")
+        return None
+    if not data.get("gpu_type"):
+        return quotas[0].pool
+    for quota in quotas:
+        if quota.pool.gpu_type == data["gpu_type"]:
+            return quota.pool
+    fail("gpu_type", f"Department {department.slug} has no quota for {data['gpu_type']!r} GPUs on cluster "
+         f"{cluster.name}; it has quota for: {', '.join(types)}.")
+    return None
+
+
+def _code(data, cluster, fail):
+    url = data["code_url"].strip()
+    allow_local = bool(cluster and cluster.settings.get("allow_local_code"))
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if not url:
+        fail("code_url", "Give the git URL of the code, e.g. https://git.example.com/team/repo.git.")
+    elif len(url) > 500:
+        fail("code_url", "Keep the code URL under 500 characters.")
+    elif url.startswith("-") or any(ch.isspace() for ch in url):
+        fail("code_url", "A code URL cannot start with '-' or contain spaces.")
+    elif scheme in REMOTE_SCHEMES or (not scheme and SCP_LIKE.match(url)):
+        pass
+    elif scheme == "file" or (not scheme and url.startswith("/")):
+        if not allow_local:
+            where = f"cluster {cluster.name}" if cluster else "this cluster"
+            fail("code_url", f"{where} does not run code from local paths; use an https, ssh or git URL.")
+    else:
+        shown = f"'{scheme}://'" if scheme else "this form"
+        fail("code_url", f"Code URLs with {shown} are not accepted; use https://, ssh://, git:// or git@host:path"
+             + (" (or a local path on this cluster)." if allow_local else "."))
+    ref = (data.get("code_ref") or "").strip()
+    if ref and not GIT_REF.match(ref):
+        fail("code_ref", "Give a branch, tag or commit SHA (letters, digits, '.', '_', '/', '-'; not starting with '-').")
+
+
+def _gpus(gpus, workers, pool, fail):
+    if gpus < 0 or math.isnan(gpus):
+        fail("gpus_per_worker", "Ask for 0 or more GPUs per worker.")
+        return
+    if pool is None:
+        return
+    if 0 < gpus < 1:
+        if not pool.shareable:
+            fail("gpus_per_worker", f"{pool} GPUs are not shared: ask for whole GPUs (1 to {pool.gpus_per_node}).")
+        elif round(gpus, 2) != gpus or gpus < 0.05:
+            fail("gpus_per_worker", "Give a GPU fraction in hundredths, at least 0.05 (e.g. 0.25 or 0.5).")
+    elif gpus >= 1:
+        if gpus != int(gpus):
+            fail("gpus_per_worker", "Above 1, ask for a whole number of GPUs per worker.")
+        elif gpus > pool.gpus_per_node:
+            fail("gpus_per_worker", f"A worker runs on one node and {pool} nodes have {pool.gpus_per_node} GPUs; "
+                 "ask for at most that many per worker and add workers instead.")
+        elif workers * gpus > pool.total:
+            fail("workers", f"{workers} workers x {gpus:g} GPUs = {workers * gpus:g} GPUs, more than the "
+                 f"{pool.total} that {pool} has.")
+
+
+def _requirements(items, fail):
+    if len(items) > MAX_REQUIREMENTS:
+        fail("requirements", f"List at most {MAX_REQUIREMENTS} requirements; put more in the repository's requirements.txt.")
+        return []
+    clean = []
+    for index, item in enumerate(items):
+        text = item.strip()
+        try:
+            Requirement(text)
+        except InvalidRequirement as exc:
+            fail("requirements", f"Item {index + 1} ({text!r}) is not a valid pip requirement: {exc}.")
+            continue
+        clean.append(text)
+    return clean
+
+
+def _mounts(items, department, fail):
+    if len(items) > MAX_MOUNTS:
+        fail("mounts", f"Mount at most {MAX_MOUNTS} storage volumes.")
+        return []
+    own = {storage.name: storage for storage in Storage.objects.filter(department=department)}
+    clean, paths = [], set()
+    for index, mount in enumerate(items):
+        label = f"Mount {index + 1}"
+        storage = own.get(mount["storage"])
+        if storage is None:
+            choices = ", ".join(sorted(own)) or "none yet"
+            fail("mounts", f"{label}: {department.slug} has no storage called {mount['storage']!r} (its storage: {choices}).")
+            continue
+        path = mount["path"]
+        if not path.startswith("/") or ".." in path.split("/") or len(path) > 200:
+            fail("mounts", f"{label}: mount path {path!r} must be an absolute path without '..'.")
+            continue
+        if path in paths:
+            fail("mounts", f"{label}: {path!r} is already used by another mount.")
+            continue
+        paths.add(path)
+        clean.append({"storage": storage.name, "path": path, "read_only": mount["read_only"]})
+    return clean
+
+
+def _env(env, fail):
+    if len(env) > MAX_ENV:
+        fail("env", f"Set at most {MAX_ENV} environment variables.")
+        return {}
+    for name, value in env.items():
+        if not ENV_NAME.match(name):
+            fail("env", f"{name!r} is not a valid variable name (letters, digits and '_', not starting with a digit).")
+        elif name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+            fail("env", f"{name} is set by the portal for every job and cannot be overridden.")
+        elif len(value) > 4096 or "\x00" in value:
+            fail("env", f"The value of {name} must be under 4096 characters, without NUL.")
+    return dict(env)

@@ -1,0 +1,20 @@
+"""Celery tasks for jobs: each takes an id and calls one service."""
+
+from celery import shared_task
+
+from jobs import services
+
+
+@shared_task
+def launch_job(job_id: int) -> None:
+    services.job_launch(job_id=job_id)
+
+
+@shared_task
+def cancel_job(job_id: int) -> None:
+    services.job_stop_on_executor(job_id=job_id)
+
+
+@shared_task(expires=30)
+def reconcile_jobs() -> None:
+    services.jobs_reconcile()

@@ -1,0 +1,12 @@
+from django.urls import path
+
+from jobs import api
+
+urlpatterns = [
+    path("jobs/", api.JobListApi.as_view(), name="api-jobs"),
+    path("jobs/<int:job_id>/", api.JobDetailApi.as_view(), name="api-job"),
+    path("jobs/<int:job_id>/cancel/", api.JobCancelApi.as_view(), name="api-job-cancel"),
+    path("jobs/<int:job_id>/clone/", api.JobCloneApi.as_view(), name="api-job-clone"),
+    path("jobs/<int:job_id>/events/", api.JobEventsApi.as_view(), name="api-job-events"),
+    path("jobs/<int:job_id>/logs/", api.JobLogsApi.as_view(), name="api-job-logs"),
+]
