@@ -8,6 +8,8 @@ PORTAL_DEMO_PASSWORD is applied to the demo users every time.
 from __future__ import annotations
 
 import secrets
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,3 +111,26 @@ def demo_load(*, data_root: Path, pools: list[DetectedPool], password: str | Non
                 defaults={"kind": Storage.Kind.LOCAL, "local_path": str(path), "description": "Demo data sets"},
             )
     return DemoResult(password=password, password_source=source, users=summary, pools=pools)
+
+
+def publish_example_repo(*, source: Path, target: Path) -> str:
+    """Keep a local git repository at ``target`` holding the files of ``source``; returns its file:// URL.
+
+    The demo's example job is submitted from it, so that a new user sees a job
+    run from a real git URL without any server.
+    """
+    git = ["git", "-c", "user.name=GPU Portal demo", "-c", "user.email=demo@localhost", "-C", str(target)]
+    if not (target / ".git").exists():
+        target.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "init", "--quiet", "--initial-branch=main", str(target)], check=True)
+    for path in source.rglob("*"):
+        relative = path.relative_to(source)
+        # What a local run of the example leaves behind is not part of it.
+        if set(relative.parts) & {"__pycache__", ".venv", "output", "runs", ".git"} or path.is_dir():
+            continue
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target / relative)
+    subprocess.run([*git, "add", "--all"], check=True)
+    if subprocess.run([*git, "diff", "--cached", "--quiet"]).returncode != 0:
+        subprocess.run([*git, "commit", "--quiet", "-m", "Example: digits classifier"], check=True)
+    return f"file://{target}"

@@ -1,9 +1,13 @@
+import json
 import os
+import shlex
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from rest_framework.authtoken.models import Token
 
-from quotas.demo import demo_load
+from quotas.demo import demo_load, publish_example_repo
 from quotas.inventory import detect_local_gpus
 
 
@@ -29,4 +33,17 @@ class Command(BaseCommand):
         out.write(f"  Demo logins (password: {result.password}  from {result.password_source}):")
         for username, what in result.users:
             out.write(f"    {username:<6} {what}")
+        repo = publish_example_repo(
+            source=settings.BASE_DIR / "examples" / "digits", target=settings.PORTAL_DATA_ROOT / "repos" / "digits"
+        )
+        token, _ = Token.objects.get_or_create(user=get_user_model().objects.get(username="alice"))
+        body = json.dumps({
+            "name": "digits", "department": "vision", "code_url": repo, "command": "python train.py --epochs 20",
+            "gpus_per_worker": 1, "tensorboard": True,
+        })
+        out.write("  Submit the example training job as alice:")
+        out.write(
+            f"    curl -s -X POST {url}api/v1/jobs/ -H 'Authorization: Token {token.key}' "
+            f"-H 'Content-Type: application/json' -d {shlex.quote(body)}"
+        )
         out.write("")
