@@ -6,7 +6,7 @@ import asyncio
 import difflib
 
 from asgiref.sync import sync_to_async
-from django.http import Http404, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -212,9 +212,9 @@ class JobLogsApi(APIView):
         follow = params.get("follow", "").lower() in {"1", "true", "yes"}
         executor = services.executor_for(job.cluster)
         if not follow:
-            lines = selectors.log_tail(executor.logs(str(job.pk), worker, 0), tail)
-            return StreamingHttpResponse(_as_async(lines), content_type="text/plain; charset=utf-8")
-        return StreamingHttpResponse(_follow(job.pk, executor, worker, tail), content_type="text/plain; charset=utf-8")
+            lines = selectors.log_tail(executor.logs(job.run_id, worker, 0), tail) if job.run_id else []
+            return HttpResponse("".join(lines), content_type="text/plain; charset=utf-8")
+        return StreamingHttpResponse(_follow(job, executor, worker, tail), content_type="text/plain; charset=utf-8")
 
 
 def _int_param(value, name, errors, *, low, high):
@@ -228,22 +228,18 @@ def _int_param(value, name, errors, *, low, high):
     return number
 
 
-async def _as_async(lines):
-    for line in lines:
-        yield line
-
-
-async def _follow(job_id, executor, worker, tail):
+async def _follow(job, executor, worker, tail):
     """Stream lines as they are written, until the job has ended and its log is read to the end."""
-    offset = 0
-    first = await sync_to_async(lambda: list(executor.logs(str(job_id), worker, 0)))()
-    for line in first[-tail:]:
-        yield line
-    offset = sum(len(line.encode()) for line in first)
+    offset, run_id = 0, job.run_id
     while True:
-        ended = await sync_to_async(lambda: Job.objects.filter(pk=job_id, status__in=lifecycle.FINAL).exists())()
-        lines = await sync_to_async(lambda: list(executor.logs(str(job_id), worker, offset)))()
-        for line in lines:
+        ended, current_run = await sync_to_async(
+            lambda: Job.objects.filter(pk=job.pk).values_list("status", "run_id").get()
+        )()
+        ended = ended in lifecycle.FINAL
+        if current_run != run_id:  # admitted (again) since we started: follow the new run
+            offset, run_id = 0, current_run
+        lines = await sync_to_async(lambda: list(executor.logs(run_id, worker, offset)))() if run_id else []
+        for line in lines if offset else lines[-tail:]:
             yield line
         offset += sum(len(line.encode()) for line in lines)
         if ended:

@@ -49,6 +49,10 @@ class Job(models.Model):
     gpu_seconds = models.FloatField(default=0)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     launched_at = models.DateTimeField(null=True, blank=True)
+    # Names this admission's run on the executor. A new one per admission, so a
+    # re-queued job never meets its previous run, and ids stay unique even if
+    # the database is recreated beside an old data root.
+    run_id = models.CharField(max_length=64, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     admitted_at = models.DateTimeField(null=True, blank=True)

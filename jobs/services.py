@@ -120,7 +120,7 @@ def job_cancel(*, user, job: Job) -> Job:
 def job_stop_on_executor(*, job_id: int) -> None:
     job = Job.objects.select_related("cluster").get(pk=job_id)
     if job.status in lifecycle.HOLDS_GPUS:
-        _call(lambda: executor_for(job.cluster).cancel(str(job.pk), _grace_seconds(job)))
+        _call(lambda: executor_for(job.cluster).cancel(job.run_id, _grace_seconds(job)))
 
 
 def _grace_seconds(job: Job) -> int:
@@ -149,11 +149,11 @@ def job_launch(*, job_id: int) -> None:
         # Cancelled between admission and launch: stop what was just started.
         job.refresh_from_db()
         if job.status in lifecycle.FINAL:
-            executor.cancel(str(job.pk), 0)
+            executor.cancel(job.run_id, 0)
         return
     deadline = time.monotonic() + LAUNCH_WATCH_SECONDS
     while time.monotonic() < deadline and job.status == lifecycle.STARTING:
-        state = executor.poll([str(job.pk)]).get(str(job.pk))
+        state = executor.poll([job.run_id]).get(job.run_id)
         if state is not None and state.phase != STARTING:
             job_observe(job=job, state=state)
             return
@@ -203,9 +203,9 @@ def jobs_reconcile() -> int:
                 app.send_task("jobs.tasks.launch_job", args=[job.pk])
         if not launched:
             continue
-        states = _call(lambda: executor.poll([str(job.pk) for job in launched]))
+        states = _call(lambda: executor.poll([job.run_id for job in launched]))
         for job in launched:
-            state = states.get(str(job.pk))
+            state = states.get(job.run_id)
             if state is None:
                 state = ObservedState(phase=LOST, reason="lost", message="The executor has no record of this job.")
             ended += job_observe(job=job, state=state)
@@ -238,7 +238,7 @@ def _from_epoch(seconds: float | None):
 def job_spec(job: Job) -> JobSpec:
     storages = {storage.name: storage for storage in Storage.objects.filter(department=job.department)}
     return JobSpec(
-        job_id=str(job.pk), name=job.name, department=job.department.slug, code_url=job.code_url,
+        job_id=job.run_id, name=job.name, department=job.department.slug, code_url=job.code_url,
         code_ref=job.code_ref or None, command=job.command, framework=job.image.framework, image=job.image.image,
         base_packages=tuple(job.image.base_packages), requirements=tuple(job.requirements), workers=job.workers,
         gpus_per_worker=job.gpus_per_worker,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections import defaultdict
 from datetime import datetime
 
@@ -192,6 +193,7 @@ def _admit(job: Job, admission: Admission, now: datetime) -> None:
     job_transition(
         job=job, to=lifecycle.ADMITTED, reason="admitted", message=f"Admitted: {where}.", now=now,
         placement=placement, admitted_at=now, pending_reason="", status_message="", queue_position=None,
+        run_id=f"{job.pk}-{secrets.token_hex(4)}", launched_at=None,
     )
     job_id = job.pk
     # By name: the tasks module sits above this one and imports it.

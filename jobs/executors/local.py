@@ -1,0 +1,211 @@
+"""The local executor: jobs as process groups on this host (DESIGN.md "Executors").
+
+Owns the executor side of a local job: checking that a job can run here, writing its launch file,
+starting its supervisor (local_runner, detached, so it outlives the caller), reading its state and
+logs, asking it to cancel, and re-adopting or ending jobs whose supervisor died. Everything that
+happens to a running job happens in the runner.
+
+Data folder: <root>/jobs/<job_id>/ (layout in local_runner.JobDir) and <root>/envs/<key>/ (venvs.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from jobs.executors.base import FINAL_PHASES, STARTING, ExecutorError, JobSpec, ObservedState, Placement
+from jobs.executors.local_runner import JobDir, conclude_unsupervised, write_json
+
+# The runner runs as `python -m jobs.executors.local_runner` from the checkout that holds this file.
+_SOURCE_ROOT = Path(__file__).resolve().parents[2]
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_REMOTE_SCHEMES = {"https", "http", "ssh", "git"}
+_STATE_FIELDS = [f.name for f in dataclasses.fields(ObservedState)]
+
+
+def is_local_code(url: str) -> bool:
+    """Does git read this code_url from this host's disk (file:// or a path)?"""
+    if "://" in url:
+        return url.split("://", 1)[0].lower() == "file"
+    # git's scp-like syntax, [user@]host:path, is remote when no slash comes before the colon.
+    colon, slash = url.find(":"), url.find("/")
+    return not (colon > 0 and (slash < 0 or colon < slash))
+
+
+def free_ports(count: int) -> list[int]:
+    # All bound at once so that the ports differ; released just before the workers bind them.
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class LocalExecutor:
+    def __init__(
+        self, root: Path, *, python: str = sys.executable, allow_local_code: bool = True, master_addr: str = "127.0.0.1",
+    ):
+        self.root = Path(root)
+        self.python = python  # makes the job virtualenvs and runs pip for them
+        self.allow_local_code = allow_local_code
+        self.master_addr = master_addr
+
+    # -- the Executor protocol
+
+    def launch(self, job: JobSpec, placement: Placement) -> None:
+        self._check(job, placement)
+        jobdir = self._jobdir(job.job_id)
+        try:
+            jobdir.path.mkdir(parents=True, exist_ok=True)
+            lock = self._lock(jobdir)
+        except OSError as exc:
+            raise ExecutorError(f"cannot prepare the job directory {jobdir.path}: {exc}", permanent=False) from exc
+        if lock is None:
+            return  # its runner is alive: launched already
+        try:
+            if jobdir.state_file.exists():
+                return  # launched before; poll() looks after it if its runner is gone
+            master_port, *tf_ports = free_ports(1 + (job.workers if job.framework == "tensorflow" else 0))
+            write_json(jobdir.launch_file, {
+                "job": dataclasses.asdict(job),
+                "placement": dataclasses.asdict(placement),
+                "master_addr": self.master_addr,
+                "master_port": master_port,
+                "tf_ports": tf_ports,
+                "python": self.python,
+                "envs": str(self.root / "envs"),
+                "allow_local_code": self.allow_local_code,
+            })
+            jobdir.write_state(phase=STARTING, launched_at=time.time())
+            try:
+                self._start_runner(jobdir, lock, adopt=False)
+            except BaseException:
+                jobdir.state_file.unlink(missing_ok=True)  # so that launching again tries again
+                raise
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ExecutorError(f"cannot start job {job.job_id}: {exc}", permanent=False) from exc
+        finally:
+            os.close(lock)
+
+    def poll(self, job_ids: list[str]) -> dict[str, ObservedState]:
+        observed = {}
+        for job_id in job_ids:
+            jobdir = self._jobdir(job_id) if _JOB_ID.fullmatch(job_id) else None
+            state = jobdir.state() if jobdir else None
+            if state is None:
+                continue
+            if state.get("phase") not in FINAL_PHASES:
+                state = self._supervise(jobdir) or state
+            observed[job_id] = ObservedState(**{name: state[name] for name in _STATE_FIELDS if name in state})
+        return observed
+
+    def cancel(self, job_id: str, grace_seconds: int) -> None:
+        jobdir = self._jobdir(job_id) if _JOB_ID.fullmatch(job_id) else None
+        state = jobdir.state() if jobdir else None
+        if state is None or state.get("phase") in FINAL_PHASES:
+            return
+        # The runner sees the request on its next look; without a runner, one is adopted to carry it out.
+        if not jobdir.cancel_file.exists():
+            write_json(jobdir.cancel_file, {"grace_seconds": grace_seconds, "requested_at": time.time()})
+        self._supervise(jobdir)
+
+    def logs(self, job_id: str, worker: int, since: int = 0) -> Iterator[str]:
+        # Lines are decoded as UTF-8 with replacement: for a valid UTF-8 log, the next offset is
+        # since + sum(len(line.encode())) of what was yielded.
+        if not _JOB_ID.fullmatch(job_id):
+            return
+        jobdir = self._jobdir(job_id)
+        # Looked at before reading: once final, nothing more will be written, so a last line without
+        # a newline is complete.
+        final = (jobdir.state() or {}).get("phase") in FINAL_PHASES
+        try:
+            log = open(jobdir.log_file(int(worker)), "rb")  # noqa: SIM115 - closed below, also when abandoned
+        except FileNotFoundError:
+            return
+        with log:
+            end = os.fstat(log.fileno()).st_size
+            log.seek(max(0, since))
+            pending = b""
+            while log.tell() < end:
+                pending += log.read(min(64 * 1024, end - log.tell()))
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", "replace") + "\n"
+            if pending and final:
+                yield pending.decode("utf-8", "replace")
+
+    # -- helpers
+
+    def _jobdir(self, job_id: str) -> JobDir:
+        return JobDir(self.root / "jobs" / job_id)
+
+    def _check(self, job: JobSpec, placement: Placement) -> None:
+        problems = []
+        if not _JOB_ID.fullmatch(job.job_id):
+            problems.append(f"job id {job.job_id!r} cannot name a directory")
+        url = job.code_url
+        scheme = url.split("://", 1)[0].lower() if "://" in url else None
+        if scheme is not None and scheme not in _REMOTE_SCHEMES | {"file"}:
+            problems.append(f"code_url scheme {scheme!r} is not supported (https, ssh, git)")
+        elif "::" in url or url.startswith("-"):
+            problems.append(f"code_url {url!r} is not a repository address")
+        elif is_local_code(url) and not self.allow_local_code:
+            problems.append(f"code_url {url!r} is on the portal's own disk, which this cluster does not allow")
+        ranks = sorted(w.worker for w in placement.workers)
+        if job.workers < 1 or ranks != list(range(job.workers)):
+            problems.append(f"placement has workers {ranks}, the job needs one per rank 0..{job.workers - 1}")
+        if problems:
+            raise ExecutorError("; ".join(problems), permanent=True)
+
+    @staticmethod
+    def _lock(jobdir: JobDir) -> int | None:
+        """runner.lock, locked, as an fd; None when a runner holds it (so it is alive)."""
+        fd = os.open(jobdir.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def _start_runner(self, jobdir: JobDir, lock: int, *, adopt: bool) -> None:
+        """Start a runner that inherits our lock on runner.lock, so no other runner can sneak in between."""
+        argv = [sys.executable, "-m", "jobs.executors.local_runner", str(jobdir.path), "--lock-fd", str(lock)]
+        if adopt:
+            argv.append("--adopt")
+        with open(jobdir.runner_log, "ab") as log:
+            # sh starts the runner in the background and exits at once: the runner is nobody's child
+            # here, so it outlives this process and leaves no zombie in it.
+            subprocess.run(
+                ["sh", "-c", '"$@" &', "sh", *argv], cwd=_SOURCE_ROOT, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=log, pass_fds=(lock,), start_new_session=True, check=True, timeout=30,
+            )
+
+    def _supervise(self, jobdir: JobDir) -> dict | None:
+        """If the job's runner is dead: adopt its live workers, or end the job. The new state, if any."""
+        try:
+            lock = self._lock(jobdir)
+        except OSError:
+            return None
+        if lock is None:
+            return None  # the runner is alive
+        try:
+            state = conclude_unsupervised(jobdir)
+            if state is None:
+                self._start_runner(jobdir, lock, adopt=True)
+            return state
+        except (OSError, subprocess.SubprocessError):
+            return None  # the next poll tries again
+        finally:
+            os.close(lock)

@@ -1,0 +1,244 @@
+"""The local executor: the executor contract suite, plus what only a local executor does (virtualenv
+cache, who may fetch local code, re-adopting jobs whose supervisor died).
+
+Jobs are real process groups on this host. The test process makes itself the subreaper of what it
+starts (the detached runners end up as its children), so it can reap them and prove with
+os.killpg(pgid, 0) that nothing of a job is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.executors.base import ExecutorError, Mount
+from jobs.executors.local import LocalExecutor, is_local_code
+from jobs.executors.local_runner import JobDir, alive, read_json
+from jobs.executors.venvs import COMPLETE
+from tests.jobs.executor_contract import ExecutorContract, GitRepo, Harness, command_output, tiny_wheel, wait_for
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local executor needs Linux (/proc)")
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def reap_orphans() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def group_gone(pgid: int) -> bool:
+    reap_orphans()
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _subreaper():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    yield
+    reap_orphans()
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+class LocalHarness(Harness):
+    node = "localhost"
+
+    def code_url(self, path: Path) -> str:
+        return path.as_uri()
+
+    def mount(self, name: str, tmp_path: Path) -> Mount:
+        folder = tmp_path / "storage" / name
+        folder.mkdir(parents=True)
+        (folder / "hello.txt").write_text(name)
+        return Mount(name=name, path=f"/data/{name}", source=str(folder))
+
+    def jobdir(self, job_id: str) -> JobDir:
+        return JobDir(self.executor.root / "jobs" / job_id)
+
+    def output(self, job_id: str) -> Path:
+        return self.jobdir(job_id).output
+
+    def runner_pid(self, job_id: str) -> int | None:
+        return (read_json(self.jobdir(job_id).runner_file) or {}).get("pid")
+
+    def worker_groups(self, job_id: str) -> list[int]:
+        return [group["pgid"] for group in self.jobdir(job_id).groups()["workers"].values()]
+
+    def kill_runner(self, job_id: str) -> int:
+        pid = wait_for(lambda: self.runner_pid(job_id), what="the runner to record its pid")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: group_gone(pid), what="the runner to die")  # the runner leads its own group
+        return pid
+
+    def assert_released(self, job_id: str) -> None:
+        groups = self.jobdir(job_id).groups()
+        pgids = self.worker_groups(job_id) + ([groups["setup"]["pgid"]] if groups["setup"] else [])
+        for pgid in pgids:
+            wait_for(lambda: group_gone(pgid), timeout=15, what=f"process group {pgid} of {job_id} to go")
+        runner = self.runner_pid(job_id)
+        if runner is not None:
+            wait_for(lambda: group_gone(runner), timeout=15, what=f"the runner of {job_id} to exit")
+
+
+@pytest.fixture(scope="module")
+def executor(tmp_path_factory) -> LocalExecutor:
+    # One data folder for the module, so that jobs share the (empty-requirements) environment.
+    return LocalExecutor(tmp_path_factory.mktemp("local-executor"))
+
+
+@pytest.fixture
+def harness(executor):
+    harness = LocalHarness(executor)
+    yield harness
+    harness.cleanup()
+
+
+class TestLocalExecutor(ExecutorContract):
+    def test_launch_returns_at_once(self, harness, repo):
+        spec = harness.spec(harness.code_url(repo.path), "echo hi")
+        harness.launched.append(spec.job_id)
+        started = time.monotonic()
+        harness.executor.launch(spec, harness.placement(()))
+        assert time.monotonic() - started < 0.1, "launch runs in a Celery task and must not wait for the job"
+        assert harness.wait_final(spec.job_id).phase == "succeeded"
+
+    def test_the_command_runs_in_its_virtualenv_without_the_portals_settings(self, harness, repo, monkeypatch):
+        monkeypatch.setenv("DATABASE_URL", "postgres://portal:secret@db/portal")
+        monkeypatch.setenv("DJANGO_SECRET_KEY", "do-not-leak")
+        job = harness.launch(harness.spec(
+            harness.code_url(repo.path),
+            """python -c 'import json, os, sys; print(json.dumps({"prefix": sys.prefix, "env": dict(os.environ)}))'""",
+            env={"RANK": "99", "PATH": f"/opt/tools/bin:{Path(sys.prefix, 'bin')}:/usr/bin:/bin"},
+        ))
+        assert harness.wait_final(job).phase == "succeeded"
+        seen = json.loads(command_output(harness.log(job))[-1])
+        env = seen["env"]
+        assert env["VIRTUAL_ENV"] == seen["prefix"]
+        assert Path(env["VIRTUAL_ENV"]).parent == harness.executor.root / "envs"
+        # the job's venv first; the portal's own venv never (a `pip install` there would change the portal)
+        assert env["PATH"].split(":") == [f"{env['VIRTUAL_ENV']}/bin", "/opt/tools/bin", "/usr/bin", "/bin"]
+        assert env["PYTHONUNBUFFERED"] == "1"
+        assert env["RANK"] == "0"  # reserved names win over the job's env
+        assert "DATABASE_URL" not in env and "DJANGO_SECRET_KEY" not in env
+
+    def test_code_on_this_host_is_refused_where_the_cluster_does_not_allow_it(self, harness, repo, tmp_path):
+        strict = LocalExecutor(tmp_path / "strict", allow_local_code=False)
+        placement = harness.placement(())
+        for url in (repo.path.as_uri(), str(repo.path), "../repo", "ftp://example.com/repo.git", "ext::sh -c touch% /tmp/x"):
+            with pytest.raises(ExecutorError) as refused:
+                strict.launch(harness.spec(url, "true"), placement)
+            assert refused.value.permanent, url
+        with pytest.raises(ExecutorError) as refused:
+            strict.launch(harness.spec("https://example.com/repo.git", "true", workers=2), placement)
+        assert refused.value.permanent and "placement" in refused.value.message
+        assert not (tmp_path / "strict" / "jobs").exists()
+        assert not is_local_code("https://github.com/org/repo.git") and not is_local_code("git@github.com:org/repo.git")
+        assert is_local_code("file:///srv/repo") and is_local_code("/srv/repo") and is_local_code("./repo")
+
+    def test_jobs_needing_the_same_new_environment_build_it_once(self, harness, tmp_path):
+        requirement = f"tinypkg @ {tiny_wheel(tmp_path).as_uri()}"
+        repo = GitRepo(tmp_path / "needs-tinypkg")
+        repo.commit({"train.py": "import tinypkg\nprint(tinypkg.VALUE)\n"})
+        jobs = [harness.launch(harness.spec(harness.code_url(repo.path), "python train.py", requirements=(requirement,)))
+                for _ in range(2)]
+        for job in jobs:
+            assert harness.wait_final(job, timeout=60).phase == "succeeded"
+        logs = [harness.log(job) for job in jobs]
+        assert sum("Successfully installed tinypkg-1.0" in log for log in logs) == 1
+        assert sum("reusing cached environment" in log for log in logs) == 1
+        envs = harness.executor.root / "envs"
+        assert all((env / COMPLETE).exists() for env in envs.iterdir() if env.is_dir()), "a half-built env was left"
+
+    def test_a_job_whose_runner_died_is_adopted_and_finishes(self, harness, repo):
+        job = harness.launch(harness.spec(
+            harness.code_url(repo.path),
+            'echo waiting; while [ ! -e "$PORTAL_OUTPUT_DIR/go" ]; do sleep 0.05; done; echo "finished $RANK"', workers=2,
+        ))
+        for worker in (0, 1):
+            harness.wait_log(job, "waiting\n", worker)
+        dead = harness.kill_runner(job)
+        assert harness.state(job).phase == "running"  # this poll started an adopting runner
+        wait_for(lambda: harness.runner_pid(job) not in (None, dead), what="an adopting runner")
+        (harness.output(job) / "go").touch()
+        state = harness.wait_final(job)
+        assert (state.phase, state.exit_code) == ("succeeded", 0), state
+        assert all(f"finished {worker}" in harness.log(job, worker) for worker in (0, 1))
+        harness.assert_released(job)
+
+    def test_workers_that_finished_while_no_runner_watched_end_the_job_from_their_exit_codes(self, harness, repo):
+        job = harness.launch(harness.spec(
+            harness.code_url(repo.path),
+            'echo waiting; while [ ! -e "$PORTAL_OUTPUT_DIR/go" ]; do sleep 0.05; done; exit $((RANK * 5))', workers=2,
+        ))
+        for worker in (0, 1):
+            harness.wait_log(job, "waiting\n", worker)
+        harness.kill_runner(job)
+        (harness.output(job) / "go").touch()
+        for pgid in harness.worker_groups(job):
+            wait_for(lambda: group_gone(pgid), what="the workers to finish")
+        state = harness.state(job)
+        assert (state.phase, state.reason, state.exit_code) == ("failed", "worker_failed", 5), state
+        assert "worker 1 exited with code 5" in state.message
+
+    def test_a_job_whose_runner_and_workers_died_is_lost(self, harness, repo):
+        job = harness.launch(harness.spec(harness.code_url(repo.path), "echo waiting; sleep 60"))
+        harness.wait_log(job, "waiting\n")
+        harness.kill_runner(job)
+        [pgid] = harness.worker_groups(job)
+        os.killpg(pgid, signal.SIGKILL)
+        wait_for(lambda: group_gone(pgid), what="the worker to die")
+        state = harness.state(job)
+        assert (state.phase, state.reason) == ("lost", "lost"), state
+        assert "supervisor died" in state.message and state.finished_at is not None
+        assert harness.state(job).phase == "lost"  # final: it stays so
+
+    def test_cancel_reaches_a_job_whose_runner_died(self, harness, repo):
+        job = harness.launch(harness.spec(
+            harness.code_url(repo.path), "trap 'echo stopping; exit 0' TERM; echo waiting; while true; do sleep 0.1; done",
+        ))
+        harness.wait_log(job, "waiting\n")
+        harness.kill_runner(job)
+        harness.executor.cancel(job, 5)
+        state = harness.wait_final(job)
+        assert (state.phase, state.reason) == ("cancelled", "cancelled"), state
+        assert "stopping" in harness.log(job)
+        harness.assert_released(job)
+
+    @pytest.fixture
+    def silent_git_server(self):
+        """A git:// address that accepts connections and never answers, so a clone hangs."""
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            yield f"git://127.0.0.1:{server.getsockname()[1]}/repo.git"
+
+    def test_cancel_during_setup_stops_the_clone(self, harness, silent_git_server):
+        job = harness.launch(harness.spec(silent_git_server, "echo never"))
+        clone = wait_for(lambda: harness.jobdir(job).groups()["setup"], what="the clone to start")
+        assert harness.state(job).phase == "starting"
+        harness.executor.cancel(job, 30)
+        state = harness.wait_final(job, timeout=10)
+        assert (state.phase, state.reason, state.started_at) == ("cancelled", "cancelled", None), state
+        wait_for(lambda: group_gone(clone["pgid"]), what="git to be killed")
+
+    def test_a_job_whose_runner_died_during_setup_is_lost_and_its_clone_killed(self, harness, silent_git_server):
+        job = harness.launch(harness.spec(silent_git_server, "echo never"))
+        clone = wait_for(lambda: harness.jobdir(job).groups()["setup"], what="the clone to start")
+        harness.kill_runner(job)
+        assert alive(clone["pgid"])
+        state = harness.state(job)
+        assert (state.phase, state.reason) == ("lost", "lost"), state
+        wait_for(lambda: group_gone(clone["pgid"]), what="git to be killed")
