@@ -45,6 +45,13 @@ def status_of(job_id):
     return Job.objects.get(pk=job_id).status
 
 
+def assert_gpus_released(world):
+    pools = world.api(world.admin).get("/api/v1/clusters/").json()["results"][0]["pools"]
+    assert pools[0]["allocated"] == 0
+    usage = world.api(world.alice).get("/api/v1/departments/vision/").json()["usage"][0]
+    assert usage["in_use"] == 0
+
+
 @pytest.fixture
 def processes(tmp_path):
     running = Processes(tmp_path)
@@ -91,7 +98,7 @@ def test_a_job_runs_through_a_real_worker_and_its_gpus_go_to_the_next_job(world,
     assert [e["to_status"] for e in events] == ["queued", "admitted", "starting", "running", "succeeded"]
     log = client.get(f"{job['logs_url']}?worker=1").content.decode()
     assert "hello from rank 1 of 2" in log
-    assert client.get("/api/v1/clusters/").json()["results"][0]["pools"][0]["allocated"] == 0
+    assert_gpus_released(world)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -104,6 +111,7 @@ def test_a_failing_command_fails_the_job_with_the_worker_and_its_last_lines(worl
     assert "worker 0" in failed.status_message and "3" in failed.status_message
     assert "hello from rank 0 of 1" in failed.status_message  # the last lines of output
     assert failed.events.last().reason == "worker_failed"
+    assert_gpus_released(world)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -114,6 +122,7 @@ def test_a_clone_failure_fails_the_job_with_gits_own_message(world, tmp_path):
     failed = Job.objects.get(pk=job["id"])
     assert failed.events.last().reason == "clone_failed"
     assert "no-such-repo" in failed.status_message and "Traceback" not in failed.status_message
+    assert_gpus_released(world)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -130,6 +139,7 @@ def test_cancelling_a_running_job_gives_it_the_grace_period(world, repo):
     log = world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/").content.decode()
     assert "checkpointed" in log
     assert Job.objects.get(pk=job["id"]).gpu_seconds > 0
+    assert_gpus_released(world)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -138,6 +148,7 @@ def test_a_job_past_its_max_runtime_fails_as_deadline_exceeded(world, repo):
     services.job_launch(job_id=job["id"])
     wait_for(lambda: status_of(job["id"]) == "failed", what="the deadline", timeout=45)
     assert Job.objects.get(pk=job["id"]).events.last().reason == "deadline_exceeded"
+    assert_gpus_released(world)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -156,7 +167,8 @@ def _drain_while_reconciling(response):
     import asyncio
     import threading
 
-    from django.db import connection
+    from asgiref.sync import sync_to_async
+    from django.db import connection, connections
 
     stop = threading.Event()
 
@@ -169,7 +181,11 @@ def _drain_while_reconciling(response):
             connection.close()
 
     async def drain():
-        return [chunk.decode() if isinstance(chunk, bytes) else chunk async for chunk in response.streaming_content]
+        chunks = [chunk.decode() if isinstance(chunk, bytes) else chunk async for chunk in response.streaming_content]
+        # The stream read the database from sync_to_async's thread: close that
+        # thread's connection, or PostgreSQL cannot drop the test database.
+        await sync_to_async(connections.close_all)()
+        return chunks
 
     thread = threading.Thread(target=reconcile)
     thread.start()

@@ -1,0 +1,157 @@
+"""How fast a job starts: submit-to-running and submit-to-first-log-line on the local executor.
+
+Starts the real portal (daphne, a Celery worker and beat, as `make run` does) on a
+fresh data root with SQLite, warms the environment cache with one job, then
+submits N trivial jobs one after another through the REST API and times each.
+
+    python -m bench.job_start [--jobs 20] [--json OUT.json]
+
+Goal (issue 3): p50 submit-to-running <= 1.5 s on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+GOAL_P50_RUNNING = 1.5
+POLL = 0.02
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    data_root = Path(tempfile.mkdtemp(prefix="portal-bench-"))
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(PORTAL_DATA_ROOT=str(data_root), PORTAL_DEMO_PASSWORD="bench-password-1", PORTAL_LOG_LEVEL="WARNING",
+               PORTAL_THROTTLE_USER="100000/minute")
+    processes = []
+    try:
+        manage = [sys.executable, "manage.py"]
+        for argv in (["migrate", "-v0"], ["migrate", "--database", "channels", "-v0"], ["demo"]):
+            subprocess.run(manage + argv, cwd=ROOT, env=env, check=True, capture_output=True)
+        port = _free_port()
+        logs = open(data_root / "processes.log", "wb")  # noqa: SIM115
+        for argv in (
+            [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+            [str(BIN / "celery"), "--app", "config", "worker", "--concurrency", "2", "--loglevel", "WARNING"],
+            [str(BIN / "celery"), "--app", "config", "beat", "--loglevel", "WARNING"],
+        ):
+            processes.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=logs, stderr=subprocess.STDOUT))
+        api = Api(f"http://127.0.0.1:{port}")
+        api.wait_up()
+        api.token = api.post("/api/v1/auth/token/", {"username": "alice", "password": "bench-password-1"})["token"]
+        repo = _repo(data_root / "repo")
+        warm = api.run_one(repo)  # builds the (empty) environment once
+        results = [api.run_one(repo) for _ in range(args.jobs)]
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+        shutil.rmtree(data_root, ignore_errors=True)
+    report = {
+        "jobs": len(results),
+        "warmup_running_s": round(warm["running"], 3),
+        **_percentiles("submit_to_running", [r["running"] for r in results]),
+        **_percentiles("submit_to_first_log_line", [r["first_log"] for r in results]),
+        "goal_p50_submit_to_running_s": GOAL_P50_RUNNING,
+    }
+    print(json.dumps(report, indent=2))
+    verdict = "meets" if report["submit_to_running_p50_s"] <= GOAL_P50_RUNNING else "MISSES"
+    print(f"p50 submit-to-running {report['submit_to_running_p50_s']} s {verdict} the goal of <= {GOAL_P50_RUNNING} s")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+class Api:
+    def __init__(self, base: str):
+        self.base = base
+        self.token = ""
+
+    def _request(self, method, path, body=None):
+        request = urllib.request.Request(self.base + path, method=method, data=json.dumps(body).encode() if body else None)
+        request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Token {self.token}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            payload = response.read()
+            return json.loads(payload) if response.headers.get_content_type() == "application/json" else payload.decode()
+
+    def get(self, path):
+        return self._request("GET", path)
+
+    def post(self, path, body):
+        return self._request("POST", path, body)
+
+    def wait_up(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.get("/healthz")
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise SystemExit("the portal did not come up")
+
+    def run_one(self, repo: str, timeout=120) -> dict:
+        started = time.monotonic()
+        job = self.post("/api/v1/jobs/", {"name": "bench", "department": "vision", "code_url": repo,
+                                          "command": "echo first-line; sleep 0.3", "gpus_per_worker": 1})
+        marks: dict[str, float] = {}
+        while time.monotonic() - started < timeout:
+            now = time.monotonic() - started
+            if "running" not in marks:
+                status = self.get(f"/api/v1/jobs/{job['id']}/")["status"]
+                if status in {"running", "succeeded"}:
+                    marks["running"] = now
+                elif status in {"failed", "cancelled"}:
+                    raise SystemExit(f"bench job {job['id']} {status}")
+            if "first_log" not in marks and self.get(f"/api/v1/jobs/{job['id']}/logs/?tail=1"):
+                marks["first_log"] = now
+            if len(marks) == 2:
+                break
+            time.sleep(POLL)
+        while self.get(f"/api/v1/jobs/{job['id']}/")["status"] not in {"succeeded", "failed", "cancelled"}:
+            time.sleep(0.1)  # one job at a time: the next submit meets an idle pool
+        return marks
+
+
+def _percentiles(name: str, values: list[float]) -> dict:
+    values = sorted(values)
+    p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+    return {f"{name}_p50_s": round(statistics.median(values), 3), f"{name}_p95_s": round(p95, 3)}
+
+
+def _repo(path: Path) -> str:
+    path.mkdir()
+    (path / "README").write_text("bench\n")
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "-C", str(path)]
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "bench"], check=True)
+    return f"file://{path}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+if __name__ == "__main__":
+    main()
