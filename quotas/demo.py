@@ -32,7 +32,7 @@ IMAGES = [
     # name, framework, image reference, packages the local executor installs in its place
     ("python", "python", "python:3.11-slim", []),
     ("pytorch", "pytorch", "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime", ["torch==2.13.0"]),
-    ("tensorflow", "tensorflow", "tensorflow/tensorflow:2.17.0-gpu", ["tensorflow-cpu"]),
+    ("tensorflow", "tensorflow", "tensorflow/tensorflow:2.17.0-gpu", ["tensorflow-cpu==2.17.1"]),
 ]
 
 
