@@ -5,7 +5,7 @@ starting its supervisor (local_runner, detached, so it outlives the caller), rea
 logs, asking it to cancel, and re-adopting or ending jobs whose supervisor died. Everything that
 happens to a running job happens in the runner.
 
-Data folder: <root>/jobs/<job_id>/ (layout in local_runner.JobDir) and <root>/envs/<key>/ (venvs.py).
+Data folder: <root>/jobs/<job_id>/ (layout in local_jobdir.JobDir) and <root>/envs/<key>/ (venvs.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from jobs.executors.base import FINAL_PHASES, STARTING, ExecutorError, JobSpec, ObservedState, Placement
-from jobs.executors.local_runner import JobDir, conclude_unsupervised, write_json
+from jobs.executors.local_jobdir import JobDir, write_json
+from jobs.executors.local_runner import conclude_unsupervised
 
 # The runner runs as `python -m jobs.executors.local_runner` from the checkout that holds this file.
 _SOURCE_ROOT = Path(__file__).resolve().parents[2]

@@ -2,8 +2,9 @@
 
 Owns everything that happens to a job after LocalExecutor.launch(): fetching the code with git, getting
 its virtualenv, running one process group per worker with the job environment, and ending the job
-(success, a failed worker, cancel, deadline), with every phase recorded in state.json. It also owns the
-layout of a job directory (JobDir) and the process bookkeeping LocalExecutor reads.
+(success, a failed worker, cancel, deadline), with every phase recorded in state.json. The layout of a
+job directory (JobDir) is in local_jobdir.py, the process bookkeeping LocalExecutor reads (process
+groups, PID-reuse checks, kills) in local_procs.py.
 
 A runner holds an flock on runner.lock for its whole life, handed over by whoever started it; a lock
 that can be taken means no runner is alive (immune to PID reuse, released even on SIGKILL). With
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
@@ -29,12 +29,11 @@ import traceback
 from pathlib import Path
 
 from jobs.executors import venvs
-from jobs.executors.base import (
-    CANCELLED, FAILED, FINAL_PHASES, LOST, RUNNING, SUCCEEDED, JobSpec, Mount, Placement, WorkerPlacement,
+from jobs.executors.base import CANCELLED, FAILED, FINAL_PHASES, LOST, RUNNING, SUCCEEDED, JobSpec, WorkerPlacement
+from jobs.executors.local_jobdir import TAIL_LINES, JobDir, placement_from_dict, read_json, spec_from_dict, write_json
+from jobs.executors.local_procs import (
+    TICK, alive, become_subreaper, kill_groups, live_groups, ours, reap, signal_group, start_time,
 )
-
-TICK = 0.05  # seconds between looks at workers, cancel requests and deadlines
-TAIL_LINES = 20
 
 # Runs the user command and records its exit code, so that an adopting runner (not the parent) can
 # learn it. Trapping TERM (rather than ignoring it) keeps this shell alive until the command has
@@ -60,186 +59,6 @@ _SETUP_PREFIXES = ("PIP_", "GIT_", "SSH_AUTH_SOCK")  # git and pip configuration
 def inherited_env(*, setup: bool = False) -> dict[str, str]:
     prefixes = _INHERITED_PREFIXES + (_SETUP_PREFIXES if setup else ())
     return {k: v for k, v in os.environ.items() if k in _INHERITED or k.startswith(prefixes)}
-
-
-# ---------------------------------------------------------------------------------------------- files
-
-
-def write_json(path: Path, data) -> None:
-    """Atomically: readers see the old content or the new, never half of it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-
-
-def read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
-class JobDir:
-    """The files of one job under <root>/jobs/<job_id>/."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.code = path / "code"
-        self.output = path / "output"
-        self.tensorboard = path / "tensorboard"
-        self.logs = path / "logs"
-        self.exits = path / "exit"
-        self.launch_file = path / "launch.json"  # spec, placement, ports, python: written once by launch()
-        self.state_file = path / "state.json"  # the ObservedState fields
-        self.lock_file = path / "runner.lock"  # held by the live runner
-        self.runner_file = path / "runner.json"  # pid + start time of the last runner (for people and tests)
-        self.groups_file = path / "groups.json"  # process groups: the current setup step and each worker
-        self.cancel_file = path / "cancel.json"  # a cancel request: grace_seconds
-        self.runner_log = path / "runner.log"
-
-    def log_file(self, rank: int) -> Path:
-        return self.logs / f"worker-{rank}.log"
-
-    def exit_file(self, rank: int) -> Path:
-        return self.exits / f"worker-{rank}"
-
-    def state(self) -> dict | None:
-        return read_json(self.state_file)
-
-    def write_state(self, **changes) -> dict:
-        state = {**(self.state() or {}), **changes}
-        write_json(self.state_file, state)
-        return state
-
-    def groups(self) -> dict:
-        return read_json(self.groups_file) or {"setup": None, "workers": {}}
-
-    def cancel_request(self) -> dict | None:
-        return read_json(self.cancel_file) if self.cancel_file.exists() else None
-
-    def exit_code(self, rank: int) -> int | None:
-        try:
-            return int(self.exit_file(rank).read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-
-    def tail(self, rank: int, lines: int = TAIL_LINES) -> str:
-        try:
-            with open(self.log_file(rank), "rb") as log:
-                log.seek(max(0, os.fstat(log.fileno()).st_size - 64 * 1024))
-                text = log.read().decode("utf-8", "replace")
-        except FileNotFoundError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def spec_from_dict(data: dict) -> JobSpec:
-    data = dict(data)
-    data["mounts"] = tuple(Mount(**m) for m in data.get("mounts", ()))
-    for name in ("base_packages", "requirements"):
-        data[name] = tuple(data.get(name, ()))
-    return JobSpec(**data)
-
-
-def placement_from_dict(data: dict) -> Placement:
-    return Placement(tuple(WorkerPlacement(**{**w, "gpus": tuple(w["gpus"])}) for w in data["workers"]))
-
-
-# ------------------------------------------------------------------------------------------ processes
-
-
-def proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state letter, process group, start time in clock ticks) of a process, None if there is none."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2:].split()  # the command name may contain spaces and ')'
-    return fields[0].decode(), int(fields[2]), int(fields[19])
-
-
-def start_time(pid: int) -> int | None:
-    stat = proc_stat(pid)
-    return stat[2] if stat else None
-
-
-def alive(pid: int, started: int | None = None) -> bool:
-    """Is ``pid`` a running process (not a zombie), and the same one that started at ``started``?"""
-    stat = proc_stat(pid)
-    return stat is not None and stat[0] not in "ZX" and (started is None or stat[2] == started)
-
-
-def live_groups() -> set[int]:
-    """Process groups with at least one process that is not a zombie.
-
-    os.killpg(pgid, 0) also succeeds for a group of zombies, which stay forever where init does not
-    reap, so the only reliable answer is a look at every process.
-    """
-    groups = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            stat = proc_stat(int(name))
-            if stat and stat[0] not in "ZX":
-                groups.add(stat[1])
-    return groups
-
-
-def ours(group: dict, live: set[int]) -> bool:
-    """Is the recorded group still alive and still the job's (not a reused PID)?"""
-    if group["pgid"] not in live:
-        return False
-    leader = proc_stat(group["pgid"])
-    # A live group whose leader is gone cannot have had its id reused; a live leader must be ours.
-    return leader is None or leader[0] in "ZX" or leader[2] == group["starttime"]
-
-
-def signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def reap(children: dict[int, Worker] | None = None) -> None:
-    """Collect every exited child: our workers, and orphans that came to us as their subreaper."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        worker = (children or {}).get(pid)
-        if worker is not None:
-            worker.code = os.waitstatus_to_exitcode(status)
-            if worker.proc is not None:
-                worker.proc.returncode = worker.code  # we reaped it, so Popen must not try
-
-
-def kill_groups(groups: list[dict], *, grace: float, children: dict | None = None, after_kill: float = 10) -> None:
-    """SIGTERM the groups, give them ``grace`` seconds, SIGKILL what is left and wait until it is gone."""
-    live = live_groups()
-    groups = [g for g in groups if ours(g, live)]
-    if not groups:
-        return
-    for group in groups:
-        signal_group(group["pgid"], signal.SIGTERM if grace > 0 else signal.SIGKILL)
-    deadline = time.monotonic() + grace
-    while True:
-        reap(children)
-        left = [g for g in groups if g["pgid"] in live_groups()]
-        if not left:
-            return
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(TICK)
-    for group in left:
-        signal_group(group["pgid"], signal.SIGKILL)
-    until = time.monotonic() + after_kill
-    while time.monotonic() < until:
-        reap(children)
-        if not any(g["pgid"] in live_groups() for g in left):
-            return
-        time.sleep(TICK)
 
 
 # -------------------------------------------------------------------------------------------- endings
@@ -538,12 +357,6 @@ class Runner:
 
 
 # ----------------------------------------------------------------------------------------------- main
-
-
-def become_subreaper() -> None:
-    """Orphans of the workers come to this runner, which reaps them, so their process groups end."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
 def main(argv: list[str] | None = None) -> int:

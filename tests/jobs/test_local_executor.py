@@ -22,7 +22,8 @@ import pytest
 
 from jobs.executors.base import ExecutorError, Mount
 from jobs.executors.local import LocalExecutor, is_local_code
-from jobs.executors.local_runner import JobDir, alive, read_json
+from jobs.executors.local_jobdir import JobDir, read_json
+from jobs.executors.local_procs import alive
 from jobs.executors.venvs import COMPLETE
 from tests.jobs.executor_contract import ExecutorContract, GitRepo, Harness, command_output, tiny_wheel, wait_for
 
