@@ -96,7 +96,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "workers", "gpus_per_worker", "gpu_type", "priority", "mounts", "env", "tensorboard", "max_runtime_seconds",
             "status", "pending_reason", "status_message", "queue_position", "submitted_by", "created_at", "admitted_at",
             "started_at", "finished_at", "exit_code", "placement", "gpu_seconds", "tensorboard_url", "events_url",
-            "logs_url",
+            "logs_url", "estimated_start", "preemptions", "lost_gpu_seconds",
         ]
 
     def get_tensorboard_url(self, job) -> str | None:
@@ -170,6 +170,20 @@ class JobCloneApi(APIView):
         values, type_errors = parse_job_input({**services.job_as_input(source), **overrides})
         job, _ = services.job_submit(user=request.user, data=values, type_errors=type_errors)
         return Response(JobOutputSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class QueueApi(generics.ListAPIView):
+    """Waiting jobs of the caller's departments in admission order, with why they wait and roughly when they start."""
+
+    serializer_class = JobOutputSerializer
+
+    @extend_schema(parameters=[OpenApiParameter("cluster", str), OpenApiParameter("gpu_type", str)])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        params = self.request.query_params
+        return selectors.queue_for(user=self.request.user, cluster=params.get("cluster", ""), gpu_type=params.get("gpu_type", ""))
 
 
 class JobEventSerializer(serializers.Serializer):

@@ -48,6 +48,13 @@ class Job(models.Model):
     placement = models.JSONField(default=list, blank=True)
     gpu_seconds = models.FloatField(default=0)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    preempt_requested_at = models.DateTimeField(null=True, blank=True)
+    preempt_reason = models.CharField(max_length=20, blank=True)  # reclaim | priority
+    preemptions = models.PositiveIntegerField(default=0)
+    # GPU-seconds of runs that were preempted: an upper bound of the work lost
+    # (the part since the job's last checkpoint is lost; the portal cannot see checkpoints).
+    lost_gpu_seconds = models.FloatField(default=0)
+    estimated_start = models.DateTimeField(null=True, blank=True)
     launched_at = models.DateTimeField(null=True, blank=True)
     # Names this admission's run on the executor. A new one per admission, so a
     # re-queued job never meets its previous run, and ids stay unique even if

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from django.db.models import Q, QuerySet
 
+from jobs import lifecycle
 from jobs.models import Job, JobEvent
 from quotas import permissions
 
@@ -22,6 +23,15 @@ def jobs_for(*, user, department: str = "", status: str = "", submitted_by: str 
     if search:
         jobs = jobs.filter(Q(name__icontains=search) | Q(command__icontains=search) | Q(code_url__icontains=search))
     return jobs
+
+
+def queue_for(*, user, cluster: str = "", gpu_type: str = "") -> QuerySet[Job]:
+    jobs = jobs_for(user=user, status=lifecycle.QUEUED)
+    if cluster:
+        jobs = jobs.filter(cluster__name=cluster)
+    if gpu_type:
+        jobs = jobs.filter(pool__gpu_type=gpu_type)
+    return jobs.order_by("pool_id", "queue_position", "created_at")
 
 
 def job_get(*, user, job_id: int) -> Job | None:

@@ -118,9 +118,15 @@ def job_cancel(*, user, job: Job) -> Job:
 
 
 def job_stop_on_executor(*, job_id: int) -> None:
+    """Stop a job that is being cancelled or preempted: SIGTERM, grace, SIGKILL on its executor."""
     job = Job.objects.select_related("cluster").get(pk=job_id)
-    if job.status in lifecycle.HOLDS_GPUS:
-        _call(lambda: executor_for(job.cluster).cancel(job.run_id, _grace_seconds(job)))
+    if job.status not in lifecycle.HOLDS_GPUS:
+        return
+    if job.launched_at is None:
+        if job.preempt_requested_at and not job.cancel_requested_at:
+            _requeue(job)  # nothing runs yet: give the GPUs back at once
+        return
+    _call(lambda: executor_for(job.cluster).cancel(job.run_id, _grace_seconds(job)))
 
 
 def _grace_seconds(job: Job) -> int:
@@ -133,6 +139,9 @@ def job_launch(*, job_id: int) -> None:
     """Start an admitted job on its cluster's executor (idempotent), then watch it start."""
     job = Job.objects.select_related("cluster", "department", "image", "pool").get(pk=job_id)
     if job.status != lifecycle.ADMITTED:
+        return
+    if job.preempt_requested_at:
+        _requeue(job)
         return
     executor = executor_for(job.cluster)
     try:
@@ -169,6 +178,9 @@ def job_observe(*, job: Job, state: ObservedState) -> bool:
             job_transition(job=job, to=lifecycle.RUNNING, reason="running",
                            message=f"{job.workers} worker{'s' if job.workers > 1 else ''} running.",
                            started_at=started, now=started, **fields)
+        elif state.phase == CANCELLED and job.preempt_requested_at and not job.cancel_requested_at:
+            _requeue(job, now=_from_epoch(state.finished_at) if state.finished_at else None)
+            return True
         elif state.phase in (SUCCEEDED, FAILED, CANCELLED, LOST):
             status = {SUCCEEDED: lifecycle.SUCCEEDED, CANCELLED: lifecycle.CANCELLED}.get(state.phase, lifecycle.FAILED)
             reason = state.reason or ("completed" if status == lifecycle.SUCCEEDED else state.phase)
@@ -211,6 +223,25 @@ def jobs_reconcile() -> int:
             ended += job_observe(job=job, state=state)
     scheduling_cycle()
     return ended
+
+
+def _requeue(job: Job, now=None) -> None:
+    """A preempted job goes back to the queue with its original submit time; its run's GPU-seconds count as lost."""
+    now = now or timezone.now()
+    lost = max(0.0, (now - job.admitted_at).total_seconds()) * job.gpus if job.admitted_at else 0.0
+    why = {"reclaim": "its department's borrowed GPUs were reclaimed", "priority": "a higher-priority job needed its GPUs"}
+    job_transition(
+        job=job, to=lifecycle.PREEMPTED, reason=job.preempt_reason or "preempted", now=now,
+        message=f"Stopped because {why.get(job.preempt_reason, 'it was preempted')}; {lost:g} GPU-seconds of this run "
+                "are lost unless it checkpointed.",
+        lost_gpu_seconds=job.lost_gpu_seconds + lost, preemptions=job.preemptions + 1,
+    )
+    job_transition(
+        job=job, to=lifecycle.QUEUED, reason="requeued", message="Queued again, keeping its original submit time.",
+        now=now, status_message="", preempt_requested_at=None, preempt_reason="", placement=[], admitted_at=None,
+        launched_at=None, started_at=None,  # run_id stays: its logs show until the next run starts
+    )
+    scheduling_cycle()
 
 
 def _end(job: Job, status: str, *, reason: str, message: str, **fields) -> None:

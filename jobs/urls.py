@@ -9,4 +9,5 @@ urlpatterns = [
     path("jobs/<int:job_id>/clone/", api.JobCloneApi.as_view(), name="api-job-clone"),
     path("jobs/<int:job_id>/events/", api.JobEventsApi.as_view(), name="api-job-events"),
     path("jobs/<int:job_id>/logs/", api.JobLogsApi.as_view(), name="api-job-logs"),
+    path("queue/", api.QueueApi.as_view(), name="api-queue"),
 ]

@@ -97,6 +97,8 @@ class DepartmentDetailSerializer(serializers.Serializer):
     slug = serializers.CharField()
     name = serializers.CharField()
     role = serializers.CharField(allow_null=True)
+    queueing = serializers.CharField(help_text="strict or best_effort FIFO within the department")
+    lost_gpu_seconds = serializers.FloatField(help_text="GPU-seconds of the department's runs that were preempted")
     quotas = QuotaSerializer(many=True)
     usage = QuotaUsageSerializer(many=True)
 
@@ -120,6 +122,8 @@ def _department_detail(request, department) -> dict:
             "slug": department.slug,
             "name": department.name,
             "role": permissions.roles(request.user).get(department.pk),
+            "queueing": department.queueing,
+            "lost_gpu_seconds": selectors.lost_gpu_seconds(department=department),
             "quotas": rows,
             "usage": rows,
         }
@@ -147,13 +151,46 @@ class DepartmentQuotasApi(APIView):
         department = _visible_department(request, slug)
         if not permissions.can_set_quotas(request.user):
             raise PermissionDenied("Only platform admins can change quotas.")
-        if not isinstance(request.data, list):
-            raise serializers.ValidationError({"quotas": ["Send a JSON list of quota objects (cluster, gpu_type, nominal ...)."]})
-        items = [QuotaSerializer(data=item) for item in request.data]
-        if not all([item.is_valid() for item in items]):
-            raise serializers.ValidationError({"quotas": [item.errors for item in items]})
-        services.quota_set(actor=request.user, department=department, quotas=[item.validated_data for item in items])
+        services.quota_set(actor=request.user, department=department, quotas=_parse_quotas(request.data))
         return Response(_department_detail(request, department), status=status.HTTP_200_OK)
+
+
+class QuotaPreviewApi(APIView):
+    """What-if: which waiting jobs proposed quotas would admit and which running jobs they would preempt. Changes nothing."""
+
+    class QuotaPreviewOutputSerializer(serializers.Serializer):
+        admitted = serializers.ListField(child=serializers.DictField(), help_text="[{id, name, department}]")
+        preempted = serializers.ListField(child=serializers.DictField(), help_text="[{id, name, department, reason, message}]")
+        waiting = serializers.ListField(child=serializers.DictField(), help_text="[{id, name, department, reason, message}]")
+
+    @extend_schema(request=QuotaSerializer(many=True), responses=QuotaPreviewOutputSerializer)
+    def post(self, request, slug):
+        department = _visible_department(request, slug)
+        if not permissions.can_set_quotas(request.user):
+            raise PermissionDenied("Only platform admins can preview quota changes.")
+        items = _parse_quotas(request.data)
+        decisions = services.quota_preview(department=department, quotas=items)
+        jobs = selectors.jobs_by_id(ids=[a.job_id for a in decisions.admissions] + [p.job_id for p in decisions.preemptions]
+                                    + [w.job_id for w in decisions.waiting])
+
+        def ref(job_id, **extra):
+            job = jobs[job_id]
+            return {"id": job.pk, "name": job.name, "department": job.department.slug, **extra}
+
+        return Response({
+            "admitted": [ref(a.job_id) for a in decisions.admissions],
+            "preempted": [ref(p.job_id, reason=p.reason, message=p.message) for p in decisions.preemptions],
+            "waiting": [ref(w.job_id, reason=w.reason, message=w.message) for w in decisions.waiting],
+        })
+
+
+def _parse_quotas(data) -> list[dict]:
+    if not isinstance(data, list):
+        raise serializers.ValidationError({"quotas": ["Send a JSON list of quota objects (cluster, gpu_type, nominal ...)."]})
+    items = [QuotaSerializer(data=item) for item in data]
+    if not all([item.is_valid() for item in items]):
+        raise serializers.ValidationError({"quotas": [item.errors for item in items]})
+    return [item.validated_data for item in items]
 
 
 class PriorityClassListApi(generics.ListAPIView):

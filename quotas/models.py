@@ -13,8 +13,13 @@ dns_label = RegexValidator(
 
 
 class Department(models.Model):
+    class Queueing(models.TextChoices):
+        BEST_EFFORT = "best_effort", "Best-effort FIFO (smaller jobs may pass a blocked one without delaying it)"
+        STRICT = "strict", "Strict FIFO"
+
     slug = models.SlugField(max_length=40, unique=True, validators=[dns_label])
     name = models.CharField(max_length=200)
+    queueing = models.CharField(max_length=20, choices=Queueing.choices, default=Queueing.BEST_EFFORT)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

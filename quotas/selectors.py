@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 
 from jobs import lifecycle
 from jobs.models import Job
@@ -84,3 +84,11 @@ def audit_events_for(*, user) -> QuerySet[AuditEvent]:
         return events
     managed = [dept_id for dept_id, role in permissions.roles(user).items() if role == "dept_admin"]
     return events.filter(department_id__in=managed)
+
+
+def lost_gpu_seconds(*, department: Department) -> float:
+    return Job.objects.filter(department=department).aggregate(total=Sum("lost_gpu_seconds"))["total"] or 0.0
+
+
+def jobs_by_id(*, ids: list[int]) -> dict[int, Job]:
+    return Job.objects.select_related("department").in_bulk(ids)

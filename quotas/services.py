@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db import connection, transaction
 from django.db.models import Sum
@@ -16,32 +16,27 @@ from jobs import lifecycle
 from jobs.models import Job
 from jobs.transitions import job_transition
 from quotas.models import AuditEvent, Department, GpuPool, Quota
-from quotas.scheduler import Admission, Decisions, PendingJob, PoolState, Snapshot, schedule
+from quotas.scheduler import (
+    Admission, Decisions, PendingJob, PoolState, Preemption, QuotaState, RunningJob, Slot, Snapshot, schedule,
+)
 
 
 def audit_record(*, actor, action: str, target: str, department: Department | None = None, data: dict | None = None) -> AuditEvent:
     return AuditEvent.objects.create(actor=actor, action=action, target=target, department=department, data=data or {})
 
 
-def quota_set(*, actor, department: Department, quotas: list[dict]) -> list[Quota]:
-    """Replace all quotas of a department at once.
+def _check_quotas(*, department: Department, quotas: list[dict], lock: bool) -> dict[tuple[str, str], GpuPool]:
+    """Every problem of a proposed quota set, per item; raises InvalidInput. Returns the pools by (cluster, gpu_type).
 
-    Each item: cluster, gpu_type, nominal, borrowing_limit (None = unlimited),
-    lending_limit (None = all unused nominal). Rejects, per item, unknown pools,
-    duplicates, a lending limit above nominal, and nominal guarantees that
-    together with other departments' would exceed what the pool has.
+    Rejects unknown pools, duplicates, a lending limit above nominal, and nominal
+    guarantees that together with other departments' would exceed what the pool has.
     """
-    pools = {
-        (pool.cluster.name, pool.gpu_type): pool
-        for pool in GpuPool.objects.select_related("cluster")
-    }
+    pools = {(pool.cluster.name, pool.gpu_type): pool for pool in GpuPool.objects.select_related("cluster")}
     item_errors: list[dict] = [{} for _ in quotas]
     seen: set[tuple[str, str]] = set()
-    wanted: dict[int, int] = defaultdict(int)
     for index, item in enumerate(quotas):
         key = (item["cluster"], item["gpu_type"])
-        pool = pools.get(key)
-        if pool is None:
+        if key not in pools:
             types = sorted(t for c, t in pools if c == item["cluster"])
             if not types:
                 item_errors[index]["cluster"] = [f"No cluster named {item['cluster']!r}."]
@@ -58,32 +53,32 @@ def quota_set(*, actor, department: Department, quotas: list[dict]) -> list[Quot
             item_errors[index]["lending_limit"] = [
                 f"Cannot lend {item['lending_limit']} GPUs out of a nominal quota of {item['nominal']}."
             ]
-        wanted[pool.pk] = item["nominal"]
+    wanted = [pools[(i["cluster"], i["gpu_type"])].pk for i in quotas if (i["cluster"], i["gpu_type"]) in pools]
+    # Locking the pools keeps two concurrent quota changes from together promising more GPUs than a pool has.
+    rows = GpuPool.objects.select_for_update() if lock else GpuPool.objects
+    totals = {pool.pk: pool.total for pool in rows.filter(pk__in=wanted)}
+    others = dict(
+        Quota.objects.filter(pool_id__in=wanted).exclude(department=department).values("pool_id")
+        .annotate(total=Sum("nominal")).values_list("pool_id", "total")
+    )
+    for index, item in enumerate(quotas):
+        pool = pools.get((item["cluster"], item["gpu_type"]))
+        if pool is None or {"cluster", "gpu_type"} & set(item_errors[index]):
+            continue
+        if others.get(pool.pk, 0) + item["nominal"] > totals[pool.pk]:
+            item_errors[index]["nominal"] = [
+                f"{pool} has {totals[pool.pk]} GPUs and other departments are guaranteed {others.get(pool.pk, 0)}: "
+                f"at most {totals[pool.pk] - others.get(pool.pk, 0)} can be nominal here."
+            ]
+    if any(item_errors):
+        raise InvalidInput({"quotas": item_errors})
+    return pools
 
+
+def quota_set(*, actor, department: Department, quotas: list[dict]) -> list[Quota]:
+    """Replace all quotas of a department at once (items: cluster, gpu_type, nominal, borrowing_limit, lending_limit)."""
     with transaction.atomic():
-        # Lock the pools so two concurrent quota changes cannot together promise
-        # more GPUs than a pool has.
-        locked = {pool.pk: pool for pool in GpuPool.objects.select_for_update().filter(pk__in=list(wanted))}
-        others = dict(
-            Quota.objects.filter(pool_id__in=list(wanted))
-            .exclude(department=department)
-            .values("pool_id")
-            .annotate(total=Sum("nominal"))
-            .values_list("pool_id", "total")
-        )
-        for index, item in enumerate(quotas):
-            pool = pools.get((item["cluster"], item["gpu_type"]))
-            if pool is None or "nominal" in item_errors[index] or pool.pk not in locked:
-                continue
-            promised = others.get(pool.pk, 0) + item["nominal"]
-            if promised > locked[pool.pk].total:
-                item_errors[index]["nominal"] = [
-                    f"{pool} has {locked[pool.pk].total} GPUs and other departments are guaranteed "
-                    f"{others.get(pool.pk, 0)}: at most {locked[pool.pk].total - others.get(pool.pk, 0)} can be nominal here."
-                ]
-        if any(item_errors):
-            raise InvalidInput({"quotas": item_errors})
-
+        pools = _check_quotas(department=department, quotas=quotas, lock=True)
         before = _quota_dicts(department)
         Quota.objects.filter(department=department).delete()
         created = Quota.objects.bulk_create(
@@ -100,7 +95,28 @@ def quota_set(*, actor, department: Department, quotas: list[dict]) -> list[Quot
             actor=actor, action="quota.set", target=department.slug, department=department,
             data={"before": before, "after": _quota_dicts(department)},
         )
+    scheduling_cycle()  # a larger quota may admit waiting jobs at once
     return created
+
+
+def quota_preview(*, department: Department, quotas: list[dict]) -> Decisions:
+    """What one scheduling cycle would do if the department had these quotas. Changes nothing."""
+    pools = _check_quotas(department=department, quotas=quotas, lock=False)
+    proposed = [
+        QuotaState(department=department.slug, pool_id=pools[(i["cluster"], i["gpu_type"])].pk, nominal=i["nominal"],
+                   borrowing_limit=i.get("borrowing_limit"), lending_limit=i.get("lending_limit"))
+        for i in quotas
+    ]
+    others = [
+        QuotaState(department=q.department.slug, pool_id=q.pool_id, nominal=q.nominal, borrowing_limit=q.borrowing_limit,
+                   lending_limit=q.lending_limit)
+        for q in Quota.objects.exclude(department=department).select_related("department")
+    ]
+    queued = list(Job.objects.filter(status=lifecycle.QUEUED).select_related("pool__cluster", "priority", "department"))
+    if not queued:
+        return Decisions()
+    snapshot, _ = cycle_snapshot(queued=queued, quotas=proposed + others)
+    return schedule(snapshot, now=timezone.now().timestamp())
 
 
 def _quota_dicts(department: Department) -> list[dict]:
@@ -119,11 +135,12 @@ CYCLE_LOCK_KEY = 0x6770755F  # "gpu_": one scheduling cycle at a time across pro
 
 
 def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
-    """Admit what fits, and tell every job left waiting why. The one way jobs get admitted.
+    """Admit what fits, start preemptions, and tell every waiting job why and roughly when.
 
-    Runs in one transaction under a cross-process lock, and moves each job with
-    a conditional update, so concurrent cycles and submissions cannot
-    over-admit. Launching happens after commit, in the worker.
+    The one way jobs get admitted. Runs in one transaction under a
+    cross-process lock, and moves each job with a conditional update, so
+    concurrent cycles and submissions cannot over-admit. Launching and
+    stopping happen after commit, in the worker.
     """
     now = now or timezone.now()
     with transaction.atomic():
@@ -134,15 +151,21 @@ def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
         }
         if not queued:
             return Decisions()
-        pools = {job.pool_id: job.pool for job in queued.values()}
-        decisions = schedule(_snapshot(pools, queued.values()), now=now.timestamp())
+        snapshot, holding = cycle_snapshot(queued=list(queued.values()))
+        decisions = schedule(snapshot, now=now.timestamp())
         for admission in decisions.admissions:
             _admit(queued[admission.job_id], admission, now)
+        for preemption in decisions.preemptions:
+            _preempt(holding[preemption.job_id], preemption, now)
         for waiting in decisions.waiting:
             job = queued[waiting.job_id]
-            if (job.pending_reason, job.status_message, job.queue_position) != (waiting.reason, waiting.message, waiting.position):
+            eta = datetime.fromtimestamp(waiting.estimated_start, tz=UTC) if waiting.estimated_start else None
+            if (job.pending_reason, job.status_message, job.queue_position, job.estimated_start) != (
+                waiting.reason, waiting.message, waiting.position, eta
+            ):
                 Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
-                    pending_reason=waiting.reason, status_message=waiting.message, queue_position=waiting.position
+                    pending_reason=waiting.reason, status_message=waiting.message, queue_position=waiting.position,
+                    estimated_start=eta,
                 )
     return decisions
 
@@ -155,18 +178,43 @@ def _lock_cycle() -> None:
     # already lets a single writer in at a time.
 
 
-def _snapshot(pools: dict[int, GpuPool], queued) -> Snapshot:
+def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None) -> tuple[Snapshot, dict[int, Job]]:
+    """What the scheduler sees of the pools the queued jobs wait for; ``quotas`` replaces the stored ones (what-if)."""
+    pools = {job.pool_id: job.pool for job in queued}
+    holding = {
+        job.pk: job
+        for job in Job.objects.filter(status__in=lifecycle.HOLDS_GPUS, pool_id__in=list(pools))
+        .select_related("priority", "department")
+    }
     used: dict[int, dict[tuple[str, int], float]] = {pool_id: defaultdict(float) for pool_id in pools}
-    holding = Job.objects.filter(status__in=lifecycle.HOLDS_GPUS, pool_id__in=list(pools)).values_list("pool_id", "placement")
-    for pool_id, placement in holding:
-        for slot in placement:
-            for gpu in slot["gpus"]:
-                used[pool_id][(slot["node"], gpu)] += slot.get("gpu_fraction") or 1.0
-    return Snapshot(
+    running = []
+    for job in holding.values():
+        slots = tuple(
+            Slot(worker=s["worker"], node=s["node"], gpus=tuple(s["gpus"]), fraction=s.get("gpu_fraction"))
+            for s in job.placement
+        )
+        for slot in slots:
+            for gpu in slot.gpus:
+                used[job.pool_id][(slot.node, gpu)] += slot.fraction or 1.0
+        started = (job.admitted_at or job.created_at).timestamp()
+        running.append(RunningJob(
+            job_id=job.pk, pool_id=job.pool_id, department=job.department.slug, priority=job.priority.value,
+            preemptible=job.priority.preemptible, gpus=job.gpus, slots=slots, started_at=started,
+            deadline=started + job.max_runtime_seconds if job.max_runtime_seconds else None,
+            terminating=bool(job.cancel_requested_at or job.preempt_requested_at),
+        ))
+    if quotas is None:
+        quotas = [
+            QuotaState(department=q.department.slug, pool_id=q.pool_id, nominal=q.nominal,
+                       borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit)
+            for q in Quota.objects.filter(pool_id__in=list(pools)).select_related("department")
+        ]
+    snapshot = Snapshot(
         pools={
             pool.pk: PoolState(
                 pool_id=pool.pk, name=str(pool), nodes=tuple(pool.node_names), gpus_per_node=pool.gpus_per_node,
                 shareable=pool.shareable, used=dict(used[pool.pk]),
+                min_runtime_seconds=float(pool.cluster.settings.get("min_runtime_seconds", 0)),
             )
             for pool in pools.values()
         },
@@ -174,10 +222,26 @@ def _snapshot(pools: dict[int, GpuPool], queued) -> Snapshot:
             PendingJob(
                 job_id=job.pk, pool_id=job.pool_id, department=job.department.slug, priority=job.priority.value,
                 submitted_at=job.created_at.timestamp(), workers=job.workers, gpus_per_worker=job.gpus_per_worker,
+                preemptible=job.priority.preemptible, max_runtime=job.max_runtime_seconds,
             )
             for job in queued
         ),
+        running=tuple(running),
+        quotas=tuple(quotas),
+        fifo=dict(Department.objects.values_list("slug", "queueing")),
     )
+    return snapshot, holding
+
+
+def _preempt(job: Job, preemption: Preemption, now: datetime) -> None:
+    """Ask a running job to stop for another; it is re-queued when it has stopped (jobs.services.job_observe)."""
+    updated = Job.objects.filter(pk=job.pk, status__in=lifecycle.HOLDS_GPUS, preempt_requested_at__isnull=True).update(
+        preempt_requested_at=now, preempt_reason=preemption.reason,
+        status_message=f"{preemption.message} Workers get SIGTERM and the grace period, then it is queued again.",
+    )
+    if updated:
+        job_id = job.pk
+        transaction.on_commit(lambda: celery_app.send_task("jobs.tasks.cancel_job", args=[job_id]))
 
 
 def _admit(job: Job, admission: Admission, now: datetime) -> None:

@@ -8,6 +8,7 @@ urlpatterns = [
     path("departments/", api.DepartmentListApi.as_view(), name="api-departments"),
     path("departments/<slug:slug>/", api.DepartmentDetailApi.as_view(), name="api-department"),
     path("departments/<slug:slug>/quotas/", api.DepartmentQuotasApi.as_view(), name="api-department-quotas"),
+    path("departments/<slug:slug>/quotas/preview/", api.QuotaPreviewApi.as_view(), name="api-department-quotas-preview"),
     path("priority-classes/", api.PriorityClassListApi.as_view(), name="api-priority-classes"),
     path("clusters/", api.ClusterListApi.as_view(), name="api-clusters"),
     path("images/", api.ImageListApi.as_view(), name="api-images"),

@@ -1,6 +1,12 @@
 """The scheduler's pure core: ``schedule(snapshot, now=...) -> Decisions``. No Django, no I/O."""
 
 from quotas.scheduler.core import schedule
-from quotas.scheduler.types import Admission, Decisions, PendingJob, PoolState, Slot, Snapshot, Waiting
+from quotas.scheduler.types import (
+    BEST_EFFORT_FIFO, STRICT_FIFO, Admission, Decisions, PendingJob, PoolState, Preemption, QuotaState, RunningJob, Slot,
+    Snapshot, Waiting,
+)
 
-__all__ = ["Admission", "Decisions", "PendingJob", "PoolState", "Slot", "Snapshot", "Waiting", "schedule"]
+__all__ = [
+    "BEST_EFFORT_FIFO", "STRICT_FIFO", "Admission", "Decisions", "PendingJob", "PoolState", "Preemption", "QuotaState",
+    "RunningJob", "Slot", "Snapshot", "Waiting", "schedule",
+]

@@ -1,8 +1,15 @@
-"""What the scheduler sees (a snapshot) and what it decides."""
+"""What the scheduler sees (a snapshot of one moment) and what it decides.
+
+Units: GPUs (floats, so that a fraction of a shared GPU counts), seconds since
+the epoch for times. Nothing here knows about Django.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+STRICT_FIFO = "strict"
+BEST_EFFORT_FIFO = "best_effort"
 
 
 @dataclass(frozen=True)
@@ -24,14 +31,36 @@ class PoolState:
     shareable: bool
     # (node, gpu index) -> share of that GPU in use (1.0 = the whole GPU)
     used: dict[tuple[str, int], float] = field(default_factory=dict)
+    min_runtime_seconds: float = 0  # a workload may not be preempted before it ran this long
 
     @property
     def total(self) -> int:
         return len(self.nodes) * self.gpus_per_node
 
-    @property
-    def free(self) -> float:
-        return self.total - sum(self.used.values())
+
+@dataclass(frozen=True)
+class QuotaState:
+    """A department's quota in one pool (Kueue: a ClusterQueue's flavor quota)."""
+
+    department: str
+    pool_id: int
+    nominal: float
+    borrowing_limit: float | None = None  # None: may borrow any idle GPU
+    lending_limit: float | None = None  # None: lends all of its unused nominal
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    job_id: int
+    pool_id: int
+    department: str
+    priority: int
+    preemptible: bool
+    gpus: float  # the whole gang
+    slots: tuple[Slot, ...]
+    started_at: float  # admission time
+    deadline: float | None = None  # when its max runtime ends it; None if unbounded
+    terminating: bool = False  # already asked to stop (preemption or cancel in its grace period)
 
 
 @dataclass(frozen=True)
@@ -40,32 +69,52 @@ class PendingJob:
     pool_id: int
     department: str
     priority: int
-    submitted_at: float  # epoch seconds; keeps its place across preemptions
+    submitted_at: float  # keeps its place across preemptions
     workers: int
     gpus_per_worker: float
+    preemptible: bool = False
+    max_runtime: float | None = None
+
+    @property
+    def gpus(self) -> float:
+        return self.workers * self.gpus_per_worker
 
 
 @dataclass(frozen=True)
 class Snapshot:
     pools: dict[int, PoolState]
     pending: tuple[PendingJob, ...]
+    running: tuple[RunningJob, ...] = ()
+    quotas: tuple[QuotaState, ...] = ()
+    fifo: dict[str, str] = field(default_factory=dict)  # department -> strict | best_effort (default)
 
 
 @dataclass(frozen=True)
 class Admission:
     job_id: int
     slots: tuple[Slot, ...]
+    borrowed: float = 0  # GPUs of this job beyond its department's nominal
+
+
+@dataclass(frozen=True)
+class Preemption:
+    job_id: int
+    reason: str  # reclaim | priority
+    message: str
+    for_job: int
 
 
 @dataclass(frozen=True)
 class Waiting:
     job_id: int
-    reason: str  # no_capacity, gang_does_not_fit, lower_in_queue ...
+    reason: str  # quota_exhausted, borrowing_limit, no_capacity, gang_does_not_fit, lower_in_queue, preemption_in_progress ...
     message: str
-    position: int  # 1-based place in its pool's queue
+    position: int  # 1-based place in its pool's queue (admission order)
+    estimated_start: float | None = None
 
 
 @dataclass
 class Decisions:
     admissions: list[Admission] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)

@@ -81,7 +81,7 @@ def test_a_job_runs_through_a_real_worker_and_its_gpus_go_to_the_next_job(world,
     processes.worker()
     first = submit(world, world.alice, code_url=repo, workers=2, gpus_per_worker=4)
     second = submit(world, world.carol, code_url=repo, gpus_per_worker=1)
-    assert (first["status"], second["status"], second["pending_reason"]) == ("admitted", "queued", "no_capacity")
+    assert (first["status"], second["status"], second["pending_reason"]) == ("admitted", "queued", "quota_exhausted")
     try:
         wait_for(lambda: status_of(first["id"]) == "succeeded", what="the first job to succeed")
         wait_for(lambda: status_of(second["id"]) == "succeeded", what="the second job to be admitted and succeed")
@@ -202,3 +202,26 @@ def test_log_parameters_are_checked(world, repo):
     response = world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/?worker=5&tail=zero")
     assert response.status_code == 400
     assert response.json() == {"worker": ["Give a whole number from 0 to 0."], "tail": ["Give a whole number from 1 to 100000."]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_department_reclaims_its_gpus_from_a_preemptible_borrower(world, repo):
+    borrower = submit(world, world.bob, department="nlp", code_url=repo, command="bash trap.sh", gpus_per_worker=8,
+                      priority="low")
+    services.job_launch(job_id=borrower["id"])
+    wait_for(lambda: status_of(borrower["id"]) == "running", what="the borrower to run")
+    claimant = submit(world, world.alice, code_url=repo, gpus_per_worker=2)
+    assert (claimant["status"], claimant["pending_reason"]) == ("queued", "preemption_in_progress")
+    assert "#%d (nlp, reclaim)" % borrower["id"] in claimant["status_message"]
+    victim = Job.objects.get(pk=borrower["id"])
+    assert victim.preempt_reason == "reclaim" and victim.status == "running"
+    services.job_stop_on_executor(job_id=victim.pk)  # what the cancel task does in the worker
+    wait_for(lambda: status_of(claimant["id"]) == "admitted", what="the claimant to be admitted")
+    victim.refresh_from_db()
+    assert victim.status == "queued" and victim.created_at.isoformat().startswith(borrower["created_at"][:19])
+    assert (victim.preemptions, victim.pending_reason) == (1, "quota_exhausted")
+    assert victim.lost_gpu_seconds > 0
+    events = list(victim.events.values_list("to_status", "reason"))
+    assert events[-2:] == [("preempted", "reclaim"), ("queued", "requeued")]
+    log = world.api(world.bob).get(f"/api/v1/jobs/{victim.pk}/logs/").content.decode()
+    assert "checkpointed" in log  # the stopped run's log stays readable until the job runs again

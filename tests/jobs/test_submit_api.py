@@ -131,13 +131,17 @@ def test_it_returns_the_first_job_for_a_repeated_idempotency_key(world):
 
 
 def test_it_queues_what_does_not_fit_and_says_why(world):
-    big = submit(world, world.alice, name="big", workers=1, gpus_per_worker=8).json()
+    big = submit(world, world.alice, name="big", workers=1, gpus_per_worker=8).json()  # borrows nlp's idle 4
     waiting = submit(world, world.carol, name="next", gpus_per_worker=2).json()
-    behind = submit(world, world.bob, department="nlp", name="behind").json()
+    guaranteed = submit(world, world.bob, department="nlp", name="guaranteed").json()
     assert big["status"] == "admitted"
-    assert (waiting["status"], waiting["pending_reason"], waiting["queue_position"]) == ("queued", "no_capacity", 1)
-    assert waiting["status_message"] == "Needs 2 GPUs (1 worker x 2 GPU); 0 of 8 local/sim GPUs are free."
-    assert (behind["pending_reason"], behind["queue_position"]) == ("lower_in_queue", 2)
+    waiting = world.api(world.carol).get(f"/api/v1/jobs/{waiting['id']}/").json()
+    # nlp is furthest below its nominal, so its job comes first; it would reclaim, but "normal" is not preemptible
+    assert (guaranteed["status"], guaranteed["pending_reason"], guaranteed["queue_position"]) == ("queued", "no_capacity", 1)
+    assert guaranteed["status_message"] == "Needs 1 GPUs (1 worker x 1 GPU); 0 of 8 local/sim GPUs are free (vision borrows 4)."
+    assert (waiting["pending_reason"], waiting["queue_position"]) == ("quota_exhausted", 2)
+    assert waiting["status_message"] == ("vision uses 8/4 local/sim GPUs (4 borrowed); this job needs 2 more and only 0 "
+                                         "idle GPUs can be borrowed.")
     usage = world.api(world.alice).get("/api/v1/departments/vision/").json()["usage"][0]
     assert (usage["in_use"], usage["borrowed"], usage["pending"]) == (8.0, 4.0, 2.0)
     pools = world.api(world.alice).get("/api/v1/clusters/").json()["results"][0]["pools"]

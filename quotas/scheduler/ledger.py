@@ -1,0 +1,77 @@
+"""Quota accounting of one pool during one cycle: nominal, borrowing and lending (Kueue's cohort rules).
+
+A department may use its ``nominal`` GPUs at any time. Beyond that it borrows
+idle GPUs, at most ``borrowing_limit`` of them, and only what the others do not
+use or keep back: a department keeps back the part of its unused nominal that
+it does not lend (``nominal - lending_limit``). GPUs no department is promised
+are free for anyone to borrow.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from quotas.scheduler.types import PoolState, QuotaState
+
+EPSILON = 1e-9
+
+
+class Ledger:
+    def __init__(self, pool: PoolState, quotas: list[QuotaState], usage: dict[str, float]):
+        self.pool = pool
+        self.capacity = float(pool.total)
+        self.quota = {q.department: q for q in quotas}
+        self.usage: dict[str, float] = defaultdict(float, usage)
+
+    def nominal(self, department: str) -> float:
+        quota = self.quota.get(department)
+        return quota.nominal if quota else 0.0
+
+    def borrowed(self, department: str) -> float:
+        return max(0.0, self.usage[department] - self.nominal(department))
+
+    def share(self, department: str) -> float:
+        """Used fraction of nominal: who is furthest below its guarantee goes first."""
+        nominal = self.nominal(department)
+        if nominal <= 0:
+            return float("inf") if self.usage[department] > 0 else 1e9
+        return self.usage[department] / nominal
+
+    def within_nominal(self, department: str, gpus: float) -> bool:
+        return self.usage[department] + gpus <= self.nominal(department) + EPSILON
+
+    def _kept_back(self, department: str) -> float:
+        quota = self.quota.get(department)
+        if quota is None:
+            return self.usage[department]
+        lendable = quota.nominal if quota.lending_limit is None else min(quota.lending_limit, quota.nominal)
+        return max(self.usage[department], quota.nominal - lendable)
+
+    def check(self, department: str, gpus: float) -> tuple[str, str] | None:
+        """None if the department may take ``gpus`` more now, else (reason, message with the numbers)."""
+        if self.within_nominal(department, gpus):
+            return None
+        nominal, used = self.nominal(department), self.usage[department]
+        quota = self.quota.get(department)
+        after = used + gpus
+        if quota is not None and quota.borrowing_limit is not None and after - nominal > quota.borrowing_limit + EPSILON:
+            return "borrowing_limit", (
+                f"{department} uses {used:g}/{nominal:g} {self.pool.name} GPUs; this job needs {gpus:g} more, and its "
+                f"borrowing limit of {quota.borrowing_limit:g} allows at most {nominal + quota.borrowing_limit:g} in use."
+            )
+        others = {d: self._kept_back(d) for d in set(self.quota) | set(self.usage) if d != department}
+        if after + sum(others.values()) > self.capacity + EPSILON:
+            idle = max(0.0, self.capacity - sum(others.values()) - used)
+            holders = ", ".join(f"{d} {v:g}" for d, v in sorted(others.items(), key=lambda kv: -kv[1]) if v > 0)
+            borrowed = f" ({used - nominal:g} borrowed)" if used > nominal else ""
+            return "quota_exhausted", (
+                f"{department} uses {used:g}/{nominal:g} {self.pool.name} GPUs{borrowed}; this job needs {gpus:g} more "
+                f"and only {idle:g} idle GPUs can be borrowed" + (f" (others use or keep: {holders})." if holders else ".")
+            )
+        return None
+
+    def add(self, department: str, gpus: float) -> None:
+        self.usage[department] += gpus
+
+    def remove(self, department: str, gpus: float) -> None:
+        self.usage[department] -= gpus

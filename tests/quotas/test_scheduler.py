@@ -1,0 +1,231 @@
+"""The pure scheduling cycle, rule by rule (table-style), and invariants that must always hold (hypothesis)."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quotas.scheduler import (
+    STRICT_FIFO, PendingJob, PoolState, QuotaState, RunningJob, Slot, Snapshot, schedule,
+)
+
+NOW = 10_000.0
+
+
+def pool(nodes=1, gpus=8, shareable=True, running=(), min_runtime=0):
+    used = {}
+    for job in running:
+        for slot in job.slots:
+            for gpu in slot.gpus:
+                used[(slot.node, gpu)] = used.get((slot.node, gpu), 0) + (slot.fraction or 1.0)
+    return PoolState(pool_id=1, name="local/sim", nodes=tuple(f"n{i}" for i in range(nodes)), gpus_per_node=gpus,
+                     shareable=shareable, used=used, min_runtime_seconds=min_runtime)
+
+
+def quota(dept, nominal, borrowing=None, lending=None):
+    return QuotaState(department=dept, pool_id=1, nominal=nominal, borrowing_limit=borrowing, lending_limit=lending)
+
+
+def pending(job_id, dept="vision", gpus=1.0, workers=1, priority=500, at=None, runtime=3600.0):
+    return PendingJob(job_id=job_id, pool_id=1, department=dept, priority=priority, submitted_at=at or job_id,
+                      workers=workers, gpus_per_worker=gpus, max_runtime=runtime)
+
+
+def running(job_id, dept, gpus_list, node="n0", priority=500, preemptible=True, started=NOW - 3600, deadline=None):
+    slots = tuple(Slot(worker=i, node=node, gpus=tuple(g)) for i, g in enumerate(gpus_list))
+    return RunningJob(job_id=job_id, pool_id=1, department=dept, priority=priority, preemptible=preemptible,
+                      gpus=float(sum(len(g) for g in gpus_list)), slots=slots, started_at=started, deadline=deadline)
+
+
+def cycle(pending_jobs, running_jobs=(), quotas=(quota("vision", 4), quota("nlp", 4)), **kw):
+    snapshot = Snapshot(pools={1: pool(running=running_jobs, **kw.pop("pool", {}))}, pending=tuple(pending_jobs),
+                        running=tuple(running_jobs), quotas=tuple(quotas), **kw)
+    return schedule(snapshot, now=NOW)
+
+
+def admitted(decisions):
+    return [a.job_id for a in decisions.admissions]
+
+
+def reasons(decisions):
+    return {w.job_id: w.reason for w in decisions.waiting}
+
+
+def test_it_admits_within_nominal_in_priority_then_submit_order():
+    d = cycle([pending(1, gpus=2), pending(2, gpus=2, priority=1000), pending(3, gpus=2)])
+    assert admitted(d) == [2, 1, 3]  # vision borrows nlp's idle GPUs for the third
+
+
+def test_it_lets_the_department_furthest_below_its_nominal_go_first():
+    d = cycle([pending(1, "vision", gpus=4), pending(2, "vision", gpus=4), pending(3, "nlp", gpus=4)])
+    assert admitted(d) == [1, 3]
+    assert reasons(d) == {2: "quota_exhausted"}
+    assert d.waiting[0].message == ("vision uses 4/4 local/sim GPUs; this job needs 4 more and only 0 idle "
+                                    "GPUs can be borrowed (others use or keep: nlp 4).")
+
+
+def test_it_borrows_idle_gpus_up_to_the_borrowing_limit():
+    d = cycle([pending(1, gpus=4), pending(2, gpus=2), pending(3, gpus=2)], quotas=(quota("vision", 4, borrowing=2), quota("nlp", 4)))
+    assert admitted(d) == [1, 2]
+    assert reasons(d) == {3: "borrowing_limit"}
+    assert "its borrowing limit of 2 allows at most 6 in use" in d.waiting[0].message
+    assert d.admissions[1].borrowed == 2
+
+
+def test_a_lender_keeps_back_what_it_does_not_lend():
+    d = cycle([pending(1, gpus=4), pending(2, gpus=3)], quotas=(quota("vision", 4), quota("nlp", 4, lending=1)))
+    assert admitted(d) == [1]
+    assert reasons(d) == {2: "quota_exhausted"}
+    assert cycle([pending(1, gpus=4), pending(2, gpus=1)], quotas=(quota("vision", 4), quota("nlp", 4, lending=1))).waiting == []
+
+
+def test_it_reclaims_borrowed_gpus_for_a_job_within_nominal():
+    borrowers = [running(10, "nlp", [[0, 1, 2, 3]], started=NOW - 100), running(11, "nlp", [[4, 5]], started=NOW - 50),
+                 running(12, "nlp", [[6, 7]], started=NOW - 10)]
+    d = cycle([pending(1, "vision", gpus=2)], borrowers)
+    assert admitted(d) == []
+    assert [(p.job_id, p.reason, p.for_job) for p in d.preemptions] == [(12, "reclaim", 1)]  # the most recent one
+    assert reasons(d) == {1: "preemption_in_progress"}
+    assert "#12 (nlp, reclaim)" in d.waiting[0].message
+
+
+def test_it_evicts_the_fewest_and_lowest_priority_borrowers():
+    borrowers = [running(10, "nlp", [[0, 1, 2, 3]], priority=100, started=NOW - 100),
+                 running(11, "nlp", [[4, 5]], priority=100), running(12, "nlp", [[6, 7]], priority=500)]
+    d = cycle([pending(1, "vision", gpus=4)], borrowers)
+    assert [p.job_id for p in d.preemptions] == [10]
+
+
+def test_it_never_preempts_a_non_preemptible_or_too_young_workload():
+    borrowers = [running(10, "nlp", [[0, 1, 2, 3, 4, 5, 6, 7]], preemptible=False)]
+    d = cycle([pending(1, "vision", gpus=2)], borrowers)
+    assert d.preemptions == [] and reasons(d) == {1: "no_capacity"}
+    assert "(nlp borrows 4)" in d.waiting[0].message
+    young = [running(10, "nlp", [[0, 1, 2, 3, 4, 5, 6, 7]], started=NOW - 30)]
+    assert cycle([pending(1, "vision", gpus=2)], young, pool={"min_runtime": 60}).preemptions == []
+
+
+def test_a_borrowing_job_does_not_reclaim():
+    borrowers = [running(9, "vision", [[6, 7]], preemptible=False), running(10, "nlp", [[0, 1, 2, 3, 4, 5]])]
+    d = cycle([pending(1, "vision", gpus=3)], borrowers)
+    assert d.preemptions == [] and reasons(d) == {1: "quota_exhausted"}
+
+
+def test_higher_priority_evicts_lower_priority_preemptible_work_of_its_own_department():
+    own = [running(10, "vision", [[0, 1, 2, 3]], priority=100)]
+    d = cycle([pending(1, "vision", gpus=4, priority=1000)], own, quotas=(quota("vision", 4), quota("nlp", 4, lending=0)))
+    assert [(p.job_id, p.reason) for p in d.preemptions] == [(10, "priority")]
+    same = cycle([pending(1, "vision", gpus=4, priority=100)], own, quotas=(quota("vision", 4), quota("nlp", 4, lending=0)))
+    assert same.preemptions == []
+
+
+def test_it_waits_for_stopping_jobs_instead_of_preempting_more():
+    stopping = [RunningJob(job_id=10, pool_id=1, department="nlp", priority=100, preemptible=True, gpus=8,
+                           slots=(Slot(0, "n0", tuple(range(8))),), started_at=0, terminating=True)]
+    d = cycle([pending(1, "vision", gpus=2)], stopping)
+    assert d.preemptions == [] and reasons(d) == {1: "preemption_in_progress"}
+    assert d.waiting[0].message.startswith("Waiting for #10 to stop (grace period)")
+
+
+def test_strict_fifo_keeps_smaller_jobs_behind_a_blocked_head():
+    busy = [running(10, "nlp", [[0, 1, 2, 3]], preemptible=False, deadline=NOW + 3600)]
+    jobs = [pending(1, gpus=6), pending(2, gpus=1, runtime=60)]
+    strict = cycle(jobs, busy, fifo={"vision": STRICT_FIFO}, quotas=(quota("vision", 8), quota("nlp", 0)))
+    assert admitted(strict) == [] and reasons(strict) == {1: "no_capacity", 2: "lower_in_queue"}
+    assert "(strict FIFO)" in strict.waiting[1].message
+
+
+def test_best_effort_fifo_backfills_only_what_does_not_delay_the_head():
+    busy = [running(10, "nlp", [[0, 1, 2, 3]], preemptible=False, deadline=NOW + 3600)]
+    quotas = (quota("vision", 8), quota("nlp", 0))
+    short = cycle([pending(1, gpus=6), pending(2, gpus=2, runtime=600)], busy, quotas=quotas)
+    assert admitted(short) == [2]  # ends before the head can start anyway
+    beside = cycle([pending(1, gpus=6), pending(2, gpus=2, runtime=7200)], busy, quotas=quotas)
+    assert admitted(beside) == [2]  # runs on GPUs the head will not need when it starts
+    long = cycle([pending(1, gpus=6), pending(2, gpus=3, runtime=7200)], busy, quotas=quotas)
+    assert admitted(long) == [] and reasons(long)[2] == "lower_in_queue"
+    assert "would delay that job" in long.waiting[1].message
+
+
+def test_it_estimates_when_waiting_jobs_start_from_runtime_limits():
+    busy = [running(10, "nlp", [[0, 1, 2, 3, 4, 5, 6, 7]], preemptible=False, deadline=NOW + 600)]
+    d = cycle([pending(1, "vision", gpus=8, runtime=300), pending(2, "vision", gpus=8, runtime=300)], busy,
+              quotas=(quota("vision", 0), quota("nlp", 0)))
+    assert [(w.job_id, w.position, w.estimated_start) for w in d.waiting] == [(1, 1, NOW + 600), (2, 2, NOW + 900)]
+    unbounded = [running(10, "nlp", [[0, 1, 2, 3, 4, 5, 6, 7]], preemptible=False)]
+    assert cycle([pending(1, gpus=8)], unbounded).waiting[0].estimated_start is None
+
+
+def test_it_places_gangs_whole_and_fractions_on_one_gpu():
+    d = cycle([pending(1, gpus=2, workers=3), pending(2, gpus=0.5), pending(3, gpus=0.25)], quotas=(quota("vision", 8),),
+              pool={"nodes": 2, "gpus": 4})
+    slots = {a.job_id: a.slots for a in d.admissions}
+    taken = [(s.node, g) for s in slots[1] for g in s.gpus]
+    assert len(taken) == len(set(taken)) == 6 and all(len(s.gpus) == 2 for s in slots[1])
+    assert slots[2][0].gpus == slots[3][0].gpus and len(slots[2][0].gpus) == 1  # packed onto one shared GPU
+    assert (slots[2][0].fraction, slots[3][0].fraction) == (0.5, 0.25)
+
+
+# --- invariants --------------------------------------------------------------------------------
+
+jobs_strategy = st.lists(
+    st.tuples(st.sampled_from(["vision", "nlp", "audio"]), st.sampled_from([0.25, 0.5, 1, 2, 4, 8]),
+              st.integers(1, 3), st.sampled_from([100, 500, 1000])),
+    max_size=25,
+)
+running_strategy = st.lists(
+    st.tuples(st.sampled_from(["vision", "nlp", "audio"]), st.integers(1, 4), st.booleans(), st.sampled_from([100, 500, 1000])),
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(jobs=jobs_strategy, runs=running_strategy, nominals=st.tuples(st.integers(0, 8), st.integers(0, 8), st.integers(0, 8)),
+       limits=st.tuples(st.none() | st.integers(0, 8), st.none() | st.integers(0, 8)))
+def test_capacity_quota_limits_gangs_and_non_preemptibility_always_hold(jobs, runs, nominals, limits):
+    # running jobs occupy whole GPUs from the left of a 2x8 pool
+    live, next_gpu = [], 0
+    for index, (dept, gpus, preemptible, priority) in enumerate(runs):
+        if next_gpu + gpus > 16:
+            break
+        node, first = divmod(next_gpu, 8)
+        if first + gpus > 8:
+            continue
+        live.append(running(100 + index, dept, [list(range(first, first + gpus))], node=f"n{node}",
+                            preemptible=preemptible, priority=priority))
+        next_gpu += gpus
+    quotas = (quota("vision", nominals[0], borrowing=limits[0]), quota("nlp", nominals[1], lending=limits[1]),
+              quota("audio", nominals[2]))
+    waiting = [pending(i + 1, dept, gpus=g if g < 1 else g, workers=w if g >= 1 else 1, priority=p)
+               for i, (dept, g, w, p) in enumerate(jobs)]
+    d = cycle(waiting, live, quotas=quotas, pool={"nodes": 2, "gpus": 8})
+    by_id = {j.job_id: j for j in waiting}
+    # gang atomicity: every admitted job has exactly one slot per worker; nobody both admitted and waiting
+    for a in d.admissions:
+        assert len(a.slots) == by_id[a.job_id].workers
+    assert not set(admitted(d)) & set(reasons(d))
+    assert len(d.admissions) + len(d.waiting) == len(waiting)
+    # capacity: no GPU share above 1 after admissions (preempted jobs still hold theirs until they stop)
+    used = dict(pool(nodes=2, gpus=8, running=live).used)
+    for a in d.admissions:
+        for slot in a.slots:
+            for gpu in slot.gpus:
+                used[(slot.node, gpu)] = used.get((slot.node, gpu), 0) + (slot.fraction or 1.0)
+                assert used[(slot.node, gpu)] <= 1 + 1e-9
+            assert slot.fraction is None or len(slot.gpus) == 1
+    # never a non-preemptible victim, and victims only for jobs that waited
+    preemptible = {r.job_id for r in live if r.preemptible}
+    for p in d.preemptions:
+        assert p.job_id in preemptible and p.for_job in reasons(d)
+    # borrowing limit: vision never goes past nominal + limit through this cycle's admissions
+    if limits[0] is not None:
+        vision = sum(r.gpus for r in live if r.department == "vision")
+        vision_new = sum(by_id[a.job_id].gpus for a in d.admissions if by_id[a.job_id].department == "vision")
+        assert vision_new == 0 or vision + vision_new <= nominals[0] + limits[0] + 1e-9
+
+
+@settings(max_examples=100, deadline=None)
+@given(jobs=jobs_strategy)
+def test_a_job_within_its_nominal_on_an_idle_pool_of_its_own_is_always_admitted(jobs):
+    """Guarantee: with nobody else running, a department's jobs fit up to its nominal."""
+    first = [pending(1, "vision", gpus=1, workers=1)]
+    d = cycle(first + [pending(i + 2, "nlp", gpus=1) for i in range(len(jobs))], quotas=(quota("vision", 4), quota("nlp", 4)))
+    assert 1 in admitted(d)
