@@ -131,6 +131,7 @@ def _quota_dicts(department: Department) -> list[dict]:
 
 # --- Admission -----------------------------------------------------------------
 
+ETA_TOLERANCE_SECONDS = 60
 CYCLE_LOCK_KEY = 0x6770755F  # "gpu_": one scheduling cycle at a time across processes
 
 
@@ -160,14 +161,21 @@ def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
         for waiting in decisions.waiting:
             job = queued[waiting.job_id]
             eta = datetime.fromtimestamp(waiting.estimated_start, tz=UTC) if waiting.estimated_start else None
-            if (job.pending_reason, job.status_message, job.queue_position, job.estimated_start) != (
-                waiting.reason, waiting.message, waiting.position, eta
-            ):
+            if (job.pending_reason, job.status_message, job.queue_position) != (
+                waiting.reason, waiting.message, waiting.position
+            ) or _moved(job.estimated_start, eta):
                 Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
                     pending_reason=waiting.reason, status_message=waiting.message, queue_position=waiting.position,
                     estimated_start=eta,
                 )
     return decisions
+
+
+def _moved(before: datetime | None, after: datetime | None) -> bool:
+    """An estimate is rewritten only when it moves by more than a minute, not on every cycle's new "now"."""
+    if before is None or after is None:
+        return before != after
+    return abs((after - before).total_seconds()) > ETA_TOLERANCE_SECONDS
 
 
 def _lock_cycle() -> None:

@@ -93,7 +93,7 @@ class _Cycle:
             return
         reason, message = self._make_room(job, *self._why(job))
         self.waiting.append(Waiting(job_id=job.job_id, reason=reason, message=message, position=0))
-        shadow = earliest_start(self.intervals, job.gpus, self.pool.total, self.now, job.max_runtime)
+        shadow = earliest_start(self.intervals, job.gpus, self.pool.total, self.now)
         self.heads[job.department] = (job, shadow if reason not in ("borrowing_limit", "quota_exhausted") else None)
 
     def _behind_blocked_head(self, job: PendingJob) -> None:
