@@ -13,14 +13,13 @@ quota allows it (ledger) and the GPUs are there (placement). If not:
 
 from __future__ import annotations
 
-import math
+import heapq
 from collections import defaultdict, deque
-from dataclasses import replace
 
-from quotas.scheduler.eta import earliest_start, estimate_starts
+from quotas.scheduler.eta import Releases, estimate_starts
 from quotas.scheduler.ledger import Ledger
-from quotas.scheduler.placement import place_gang
-from quotas.scheduler.preemption import find_victims, fits, release
+from quotas.scheduler.placement import Occupancy
+from quotas.scheduler.preemption import find_victims, fits_without
 from quotas.scheduler.types import (
     STRICT_FIFO, Admission, Decisions, PendingJob, PoolState, Preemption, RunningJob, Snapshot, Waiting,
 )
@@ -42,49 +41,69 @@ def schedule(snapshot: Snapshot, *, now: float) -> Decisions:
 class _Cycle:
     def __init__(self, snapshot: Snapshot, pool: PoolState, pending, running, now: float, decisions: Decisions):
         self.pool, self.now, self.decisions, self.snapshot = pool, now, decisions, snapshot
-        self.running = list(running)
+        self.stopping = [job for job in running if job.terminating]
+        # Who may be evicted, in eviction order (lowest priority, most recently started first), sorted once per cycle.
+        self.evictable = sorted(
+            (job for job in running
+             if job.preemptible and not job.terminating and now - job.started_at >= pool.min_runtime_seconds),
+            key=lambda job: (job.priority, -job.started_at),
+        )
+        self.evictable_gpus: dict[str, float] = defaultdict(float)
+        for job in self.evictable:
+            self.evictable_gpus[job.department] += job.gpus
         usage: dict[str, float] = defaultdict(float)
         for job in running:
             usage[job.department] += job.gpus
         self.ledger = Ledger(pool, [q for q in snapshot.quotas if q.pool_id == pool.pool_id], usage)
-        self.used = dict(pool.used)
-        self.intervals = [(now, job.deadline or math.inf, job.gpus) for job in running]
+        self.occupancy = Occupancy(pool)
+        self.releases = Releases(float(pool.total), now)
+        for job in running:
+            self.releases.book(job.deadline, job.gpus)
         queues: dict[str, list[PendingJob]] = defaultdict(list)
         for job in pending:
             queues[job.department].append(job)
         self.by_id = {job.job_id: job for job in pending}
         self.queues = {d: deque(sorted(q, key=lambda j: (-j.priority, j.submitted_at, j.job_id))) for d, q in queues.items()}
-        self.waiting: list[Waiting] = []
-        self.heads: dict[str, tuple[PendingJob, float | None]] = {}  # department -> blocked head, its shadow time
+        self.waiting: list[tuple[int, str, str]] = []  # job id, reason, message, in admission order
+        # department -> [blocked head, its estimated start (shadow time), GPUs booked at that time]
+        self.heads: dict[str, list] = {}
 
     def run(self) -> None:
-        while True:
-            live = [d for d, q in self.queues.items() if q]
-            if not live:
-                break
-            department = min(live, key=lambda d: (self.ledger.share(d), -self.queues[d][0].priority, self.queues[d][0].submitted_at))
+        # Departments take turns by fair share; only the one that just went changes its key.
+        turns = [self._turn(d) for d in self.queues]
+        heapq.heapify(turns)
+        while turns:
+            *_, department = heapq.heappop(turns)
             job = self.queues[department].popleft()
             if department in self.heads:
                 self._behind_blocked_head(job)
             else:
                 self._try(job)
-        estimates = estimate_starts(self.intervals, [self.by_id[w.job_id] for w in self.waiting], self.pool.total, self.now)
-        for position, waiting in enumerate(self.waiting, start=1):
-            self.decisions.waiting.append(
-                Waiting(job_id=waiting.job_id, reason=waiting.reason, message=waiting.message, position=position,
-                        estimated_start=estimates.get(waiting.job_id))
-            )
+            if self.queues[department]:
+                heapq.heappush(turns, self._turn(department))
+        estimates = estimate_starts(self.releases, [self.by_id[job_id] for job_id, _, _ in self.waiting])
+        self.decisions.waiting.extend(
+            Waiting(job_id=job_id, reason=reason, message=message, position=position, estimated_start=estimates.get(job_id))
+            for position, (job_id, reason, message) in enumerate(self.waiting, start=1)
+        )
+
+    def _turn(self, department: str) -> tuple:
+        head = self.queues[department][0]
+        return (self.ledger.share(department), -head.priority, head.submitted_at, department)
 
     def _admit_if_fits(self, job: PendingJob) -> bool:
-        if self.ledger.check(job.department, job.gpus) is not None:
+        if self.ledger.refusal(job.department, job.gpus) is not None:
             return False
-        slots = place_gang(self.pool, self.used, job.workers, job.gpus_per_worker)
+        slots = self.occupancy.place(job.workers, job.gpus_per_worker)
         if slots is None:
             return False
         borrowed = max(0.0, self.ledger.usage[job.department] + job.gpus - self.ledger.nominal(job.department))
         self.ledger.add(job.department, job.gpus)
-        end = self.now + job.max_runtime if job.max_runtime else math.inf
-        self.intervals.append((self.now, end, job.gpus))
+        end = self.now + job.max_runtime if job.max_runtime else None
+        self.releases.book(end, job.gpus)
+        for head in self.heads.values():  # what is booked at each blocked head's shadow time
+            if head[1] is not None and (end is None or end > head[1]):
+                head[2] += job.gpus
         self.decisions.admissions.append(Admission(job_id=job.job_id, slots=tuple(slots), borrowed=min(borrowed, job.gpus)))
         return True
 
@@ -92,33 +111,32 @@ class _Cycle:
         if self._admit_if_fits(job):
             return
         reason, message = self._make_room(job, *self._why(job))
-        self.waiting.append(Waiting(job_id=job.job_id, reason=reason, message=message, position=0))
-        shadow = earliest_start(self.intervals, job.gpus, self.pool.total, self.now)
-        self.heads[job.department] = (job, shadow if reason not in ("borrowing_limit", "quota_exhausted") else None)
+        self.waiting.append((job.job_id, reason, message))
+        shadow = None if reason in ("borrowing_limit", "quota_exhausted") else self.releases.first_free(job.gpus)
+        self.heads[job.department] = [job, shadow, self.releases.in_use_at(shadow) if shadow is not None else 0.0]
 
     def _behind_blocked_head(self, job: PendingJob) -> None:
-        head, shadow = self.heads[job.department]
+        head, shadow, at_shadow = self.heads[job.department]
         strict = self.snapshot.fifo.get(job.department) == STRICT_FIFO
-        if not strict and shadow is not None and self._backfill_safe(job, head, shadow) and self._admit_if_fits(job):
+        if not strict and shadow is not None and self._backfill_safe(job, head, shadow, at_shadow) and self._admit_if_fits(job):
             return
-        self.waiting.append(Waiting(
-            job_id=job.job_id, reason="lower_in_queue", position=0,
-            message=f"Waiting behind job #{head.job_id}, first in {job.department}'s {self.pool.name} queue"
-                    + (" (strict FIFO)." if strict else "; running it now would delay that job."),
+        self.waiting.append((
+            job.job_id, "lower_in_queue",
+            f"Waiting behind job #{head.job_id}, first in {job.department}'s {self.pool.name} queue"
+            + (" (strict FIFO)." if strict else "; running it now would delay that job."),
         ))
 
-    def _backfill_safe(self, job: PendingJob, head: PendingJob, shadow: float) -> bool:
+    def _backfill_safe(self, job: PendingJob, head: PendingJob, shadow: float, at_shadow: float) -> bool:
         """EASY backfilling: done before the head's estimated start, or using GPUs the head will not need then."""
         if job.max_runtime and self.now + job.max_runtime <= shadow:
             return True
-        at_shadow = sum(g for s, e, g in self.intervals if s <= shadow < e)
         return at_shadow + job.gpus + head.gpus <= self.pool.total + 1e-9
 
     def _why(self, job: PendingJob) -> tuple[str, str]:
         refused = self.ledger.check(job.department, job.gpus)
         if refused:
             return refused
-        free = self.pool.total - sum(self.used.values())
+        free = self.occupancy.free
         shape = f"{job.workers} worker{'s' if job.workers > 1 else ''} x {job.gpus_per_worker:g} GPU"
         if job.gpus > free + 1e-9:
             borrowers = ", ".join(f"{d} borrows {self.ledger.borrowed(d):g}" for d in sorted(self.ledger.usage)
@@ -131,17 +149,12 @@ class _Cycle:
         )
 
     def _make_room(self, job: PendingJob, reason: str, message: str) -> tuple[str, str]:
-        stopping = [r for r in self.running if r.terminating]
-        if stopping:
-            trial_used, trial = dict(self.used), Ledger(self.pool, list(self.ledger.quota.values()), dict(self.ledger.usage))
-            for r in stopping:
-                release(trial_used, r)
-                trial.remove(r.department, r.gpus)
-            if fits(self.pool, trial, trial_used, job):
-                ids = ", ".join(f"#{r.job_id}" for r in stopping)
-                return "preemption_in_progress", f"Waiting for {ids} to stop (grace period); then it starts. {message}"
-        victims = find_victims(job, self.pool, self.ledger, self.used, [r for r in self.running if not r.terminating],
-                               now=self.now, min_runtime=self.pool.min_runtime_seconds)
+        if self.stopping and fits_without(self.ledger, self.occupancy, self.stopping, job):
+            ids = ", ".join(f"#{r.job_id}" for r in self.stopping)
+            return "preemption_in_progress", f"Waiting for {ids} to stop (grace period); then it starts. {message}"
+        if not self._eviction_could_help(job):
+            return reason, message
+        victims = find_victims(job, self.ledger, self.occupancy, self.evictable)
         if not victims:
             return reason, message
         names = []
@@ -150,6 +163,16 @@ class _Cycle:
                     else f"it has lower priority than #{job.job_id}")
             self.decisions.preemptions.append(Preemption(job_id=victim.job_id, reason=why, for_job=job.job_id,
                                                           message=f"Preempted for job #{job.job_id}: {what}."))
-            self.running = [replace(r, terminating=True) if r.job_id == victim.job_id else r for r in self.running]
+            self.evictable.remove(victim)
+            self.evictable_gpus[victim.department] -= victim.gpus
+            self.stopping.append(victim)
             names.append(f"#{victim.job_id} ({victim.department}, {why})")
         return "preemption_in_progress", f"Preempting {', '.join(names)} to make room; it starts when they stop."
+
+    def _eviction_could_help(self, job: PendingJob) -> bool:
+        """A cheap upper bound: could evicting every candidate free enough GPUs at all?"""
+        gain = self.evictable_gpus[job.department]  # own lower-priority work (an over-estimate)
+        if self.ledger.within_nominal(job.department, job.gpus):
+            gain += sum(gpus for department, gpus in self.evictable_gpus.items()
+                        if department != job.department and self.ledger.borrowed(department) > 0)
+        return gain > 0 and self.occupancy.free + sum(r.gpus for r in self.stopping) + gain + 1e-9 >= job.gpus

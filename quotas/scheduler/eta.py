@@ -15,49 +15,67 @@ from __future__ import annotations
 import bisect
 import math
 
-Interval = tuple[float, float, float]  # start, end (math.inf if unbounded), GPUs
-
-ESTIMATED_PER_POOL = 500  # enough for any queue a person reads; keeps big cycles fast
+ESTIMATED_PER_POOL = 200  # enough for any queue a person reads; keeps big cycles fast
 
 
-class _Releases:
-    """GPUs in use from ``now`` on, as a sorted list of the moments they are released."""
+class Releases:
+    """GPUs in use from a moment on, and the sorted moments they are released."""
 
-    def __init__(self, intervals: list[Interval], now: float):
-        self.in_use = sum(g for _, end, g in intervals if end > now)
-        self.ends = sorted((end, g) for _, end, g in intervals if now < end < math.inf)
+    def __init__(self, capacity: float, now: float):
+        self.capacity = capacity
+        self.time = now
+        self.in_use = 0.0  # booked and not yet released at self.time
+        self.ends: list[tuple[float, float]] = []  # (end, GPUs) of bookings that end after self.time
+        self.cursor = 0  # ends[:cursor] are released by self.time
 
-    def first_free(self, need: float, capacity: float, after: float) -> float | None:
-        free = capacity - self.in_use + sum(g for end, g in self.ends if end <= after)
+    def book(self, end: float | None, gpus: float) -> None:
+        """Take ``gpus`` from ``self.time`` until ``end`` (None: for good)."""
+        self.in_use += gpus
+        if end is not None and end < math.inf:
+            bisect.insort(self.ends, (end, gpus), lo=self.cursor)
+
+    def first_free(self, need: float) -> float | None:
+        """The first moment from ``self.time`` at which ``need`` GPUs are free, if nothing else starts meanwhile."""
+        free = self.capacity - self.in_use
         if free + 1e-9 >= need:
-            return after
-        for end, gpus in self.ends[bisect.bisect_right(self.ends, (after, math.inf)):]:
+            return self.time
+        for index in range(self.cursor, len(self.ends)):  # no slicing: ends can be long
+            end, gpus = self.ends[index]
             free += gpus
             if free + 1e-9 >= need:
                 return end
         return None
 
-    def book(self, start: float, end: float, gpus: float) -> None:
-        self.in_use += gpus
-        if end < math.inf:
-            bisect.insort(self.ends, (end, gpus))
+    def in_use_at(self, moment: float) -> float:
+        released = 0.0
+        for index in range(self.cursor, len(self.ends)):
+            end, gpus = self.ends[index]
+            if end > moment:
+                break
+            released += gpus
+        return self.in_use - released
+
+    def advance(self, moment: float) -> None:
+        while self.cursor < len(self.ends) and self.ends[self.cursor][0] <= moment:
+            self.in_use -= self.ends[self.cursor][1]
+            self.cursor += 1
+        self.time = moment
+
+    def copy(self) -> Releases:
+        clone = Releases(self.capacity, self.time)
+        clone.in_use, clone.ends, clone.cursor = self.in_use, list(self.ends), self.cursor
+        return clone
 
 
-def earliest_start(intervals: list[Interval], need: float, capacity: float, now: float) -> float | None:
-    """The first moment from ``now`` at which ``need`` GPUs are free, if nothing else starts meanwhile."""
-    return _Releases(intervals, now).first_free(need, capacity, now)
-
-
-def estimate_starts(intervals: list[Interval], queue: list, capacity: float, now: float) -> dict[int, float | None]:
-    """job id -> estimated start, for the first jobs of a queue in admission order."""
-    releases = _Releases(intervals, now)
+def estimate_starts(releases: Releases, queue: list) -> dict[int, float | None]:
+    """job id -> estimated start for the first jobs of a queue in admission order (``releases`` is not changed)."""
+    releases = releases.copy()
     estimates: dict[int, float | None] = {}
-    after = now
     for job in queue[:ESTIMATED_PER_POOL]:
-        start = releases.first_free(job.gpus, capacity, after)
+        start = releases.first_free(job.gpus)
         estimates[job.job_id] = start
         if start is None:
             break  # nothing behind a job that never starts gets an estimate either
-        after = start
-        releases.book(start, start + job.max_runtime if job.max_runtime else math.inf, job.gpus)
+        releases.advance(start)
+        releases.book(start + job.max_runtime if job.max_runtime else None, job.gpus)
     return estimates

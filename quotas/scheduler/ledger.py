@@ -22,6 +22,8 @@ class Ledger:
         self.capacity = float(pool.total)
         self.quota = {q.department: q for q in quotas}
         self.usage: dict[str, float] = defaultdict(float, usage)
+        # Sum of every department's kept-back GPUs, maintained on add/remove so a check costs O(1).
+        self.kept_total = sum(self._kept_back(d) for d in set(self.quota) | set(self.usage))
 
     def nominal(self, department: str) -> float:
         quota = self.quota.get(department)
@@ -47,31 +49,43 @@ class Ledger:
         lendable = quota.nominal if quota.lending_limit is None else min(quota.lending_limit, quota.nominal)
         return max(self.usage[department], quota.nominal - lendable)
 
+    def refusal(self, department: str, gpus: float) -> str | None:
+        """None if the department may take ``gpus`` more now, else the reason code (cheap: no message)."""
+        if self.within_nominal(department, gpus):
+            return None
+        nominal, after = self.nominal(department), self.usage[department] + gpus
+        quota = self.quota.get(department)
+        if quota is not None and quota.borrowing_limit is not None and after - nominal > quota.borrowing_limit + EPSILON:
+            return "borrowing_limit"
+        if after + self.kept_total - self._kept_back(department) > self.capacity + EPSILON:
+            return "quota_exhausted"
+        return None
+
     def check(self, department: str, gpus: float) -> tuple[str, str] | None:
         """None if the department may take ``gpus`` more now, else (reason, message with the numbers)."""
-        if self.within_nominal(department, gpus):
+        reason = self.refusal(department, gpus)
+        if reason is None:
             return None
         nominal, used = self.nominal(department), self.usage[department]
         quota = self.quota.get(department)
-        after = used + gpus
-        if quota is not None and quota.borrowing_limit is not None and after - nominal > quota.borrowing_limit + EPSILON:
+        if reason == "borrowing_limit":
             return "borrowing_limit", (
                 f"{department} uses {used:g}/{nominal:g} {self.pool.name} GPUs; this job needs {gpus:g} more, and its "
                 f"borrowing limit of {quota.borrowing_limit:g} allows at most {nominal + quota.borrowing_limit:g} in use."
             )
+        idle = max(0.0, self.capacity - (self.kept_total - self._kept_back(department)) - used)
         others = {d: self._kept_back(d) for d in set(self.quota) | set(self.usage) if d != department}
-        if after + sum(others.values()) > self.capacity + EPSILON:
-            idle = max(0.0, self.capacity - sum(others.values()) - used)
-            holders = ", ".join(f"{d} {v:g}" for d, v in sorted(others.items(), key=lambda kv: -kv[1]) if v > 0)
-            borrowed = f" ({used - nominal:g} borrowed)" if used > nominal else ""
-            return "quota_exhausted", (
-                f"{department} uses {used:g}/{nominal:g} {self.pool.name} GPUs{borrowed}; this job needs {gpus:g} more "
-                f"and only {idle:g} idle GPUs can be borrowed" + (f" (others use or keep: {holders})." if holders else ".")
-            )
-        return None
+        holders = ", ".join(f"{d} {v:g}" for d, v in sorted(others.items(), key=lambda kv: -kv[1])[:5] if v > 0)
+        borrowed = f" ({used - nominal:g} borrowed)" if used > nominal else ""
+        return "quota_exhausted", (
+            f"{department} uses {used:g}/{nominal:g} {self.pool.name} GPUs{borrowed}; this job needs {gpus:g} more "
+            f"and only {idle:g} idle GPUs can be borrowed" + (f" (others use or keep: {holders})." if holders else ".")
+        )
 
     def add(self, department: str, gpus: float) -> None:
+        self.kept_total -= self._kept_back(department)
         self.usage[department] += gpus
+        self.kept_total += self._kept_back(department)
 
     def remove(self, department: str, gpus: float) -> None:
-        self.usage[department] -= gpus
+        self.add(department, -gpus)

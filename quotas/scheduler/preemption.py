@@ -12,65 +12,82 @@ workloads, and those younger than the minimum runtime, are never chosen.
 
 from __future__ import annotations
 
+import itertools
+from contextlib import contextmanager
+
 from quotas.scheduler.ledger import Ledger
-from quotas.scheduler.placement import place_gang
-from quotas.scheduler.types import PendingJob, PoolState, RunningJob
+from quotas.scheduler.placement import Occupancy
+from quotas.scheduler.types import PendingJob, RunningJob
 
 
-def release(used: dict, job: RunningJob) -> None:
-    for slot in job.slots:
-        for gpu in slot.gpus:
-            key = (slot.node, gpu)
-            used[key] = max(0.0, used.get(key, 0.0) - (slot.fraction or 1.0))
-            if used[key] < 1e-9:
-                del used[key]
+def fits(ledger: Ledger, occupancy: Occupancy, job: PendingJob) -> bool:
+    return ledger.refusal(job.department, job.gpus) is None and occupancy.fits(job.workers, job.gpus_per_worker)
 
 
-def fits(pool: PoolState, ledger: Ledger, used: dict, job: PendingJob) -> bool:
-    return ledger.check(job.department, job.gpus) is None and place_gang(pool, dict(used), job.workers, job.gpus_per_worker) is not None
+@contextmanager
+def without(ledger: Ledger, occupancy: Occupancy, jobs):
+    """The quota ledger and the occupancy as if ``jobs`` had stopped, restored afterwards (no copies)."""
+    for job in jobs:
+        occupancy.release(job.slots)
+        ledger.remove(job.department, job.gpus)
+    try:
+        yield
+    finally:
+        for job in jobs:
+            occupancy.retake(job.slots)
+            ledger.add(job.department, job.gpus)
+
+
+def fits_without(ledger: Ledger, occupancy: Occupancy, stopped, job: PendingJob) -> bool:
+    with without(ledger, occupancy, stopped):
+        return fits(ledger, occupancy, job)
 
 
 def find_victims(
-    job: PendingJob, pool: PoolState, ledger: Ledger, used: dict, running: list[RunningJob], *, now: float,
-    min_runtime: float,
+    job: PendingJob, ledger: Ledger, occupancy: Occupancy, evictable: list[RunningJob],
 ) -> list[tuple[RunningJob, str]] | None:
-    """The fewest (victim, reason) pairs whose eviction lets ``job`` in, or None if no eviction can."""
-    old_enough = [r for r in running if r.preemptible and not r.terminating and now - r.started_at >= min_runtime]
-    order = lambda r: (r.priority, -r.started_at)  # noqa: E731
-    candidates = []
-    if ledger.within_nominal(job.department, job.gpus):
-        candidates += [(r, "reclaim") for r in sorted(old_enough, key=order)
-                       if r.department != job.department and ledger.borrowed(r.department) > 0]
-    candidates += [(r, "priority") for r in sorted(old_enough, key=order)
-                   if r.department == job.department and r.priority < job.priority]
-    if not candidates:
-        return None
-    trial_used, trial = dict(used), _copy(ledger)
-    chosen: list[tuple[RunningJob, str]] = []
-    for victim, reason in candidates:
-        if reason == "reclaim" and trial.borrowed(victim.department) <= 1e-9:
-            continue  # that department is back within its nominal: the rest of its jobs are guaranteed
-        release(trial_used, victim)
-        trial.remove(victim.department, victim.gpus)
-        chosen.append((victim, reason))
-        if fits(pool, trial, trial_used, job):
-            return _fewest(job, pool, ledger, used, chosen)
-    return None
+    """The fewest (victim, reason) pairs whose eviction lets ``job`` in, or None if no eviction can.
+
+    ``evictable``: preemptible, old-enough workloads not already stopping, in eviction order.
+    """
+    within = ledger.within_nominal(job.department, job.gpus)
+    reclaim = ((r, "reclaim") for r in evictable if within and r.department != job.department)
+    priority = ((r, "priority") for r in evictable if r.department == job.department and r.priority < job.priority)
+    candidates = itertools.chain(reclaim, priority)
+    removed: list[tuple[RunningJob, str]] = []
+    enough = False
+    try:
+        for victim, reason in candidates:
+            if reason == "reclaim" and ledger.borrowed(victim.department) <= 1e-9:
+                continue  # that department is back within its nominal: the rest of its jobs are guaranteed
+            occupancy.release(victim.slots)
+            ledger.remove(victim.department, victim.gpus)
+            removed.append((victim, reason))
+            if fits(ledger, occupancy, job):
+                enough = True
+                break
+    finally:
+        for victim, _ in removed:  # leave the ledger and occupancy as they were
+            occupancy.retake(victim.slots)
+            ledger.add(victim.department, victim.gpus)
+    return _fewest(job, ledger, occupancy, removed) if enough else None
 
 
-def _fewest(job, pool, ledger, used, chosen):
-    """Drop victims, last chosen first, while the job still fits without them."""
-    kept = list(chosen)
+def _fewest(job, ledger, occupancy, chosen):
+    """Give victims back, last chosen first, while the job still fits without them (one pass, no copies)."""
+    for victim, _ in chosen:
+        occupancy.release(victim.slots)
+        ledger.remove(victim.department, victim.gpus)
+    kept = []
     for pair in reversed(chosen):
-        rest = [p for p in kept if p is not pair]
-        trial_used, trial = dict(used), _copy(ledger)
-        for victim, _ in rest:
-            release(trial_used, victim)
-            trial.remove(victim.department, victim.gpus)
-        if fits(pool, trial, trial_used, job):
-            kept = rest
-    return kept
-
-
-def _copy(ledger: Ledger) -> Ledger:
-    return Ledger(ledger.pool, list(ledger.quota.values()), dict(ledger.usage))
+        victim = pair[0]
+        occupancy.retake(victim.slots)
+        ledger.add(victim.department, victim.gpus)
+        if not fits(ledger, occupancy, job):
+            occupancy.release(victim.slots)  # still needed
+            ledger.remove(victim.department, victim.gpus)
+            kept.append(pair)
+    for victim, _ in kept:
+        occupancy.retake(victim.slots)
+        ledger.add(victim.department, victim.gpus)
+    return kept[::-1]
