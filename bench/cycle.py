@@ -64,7 +64,7 @@ def synthetic_snapshot(*, pending: int, nodes: int, gpus_per_node: int, departme
     return Snapshot(pools={1: pool}, pending=tuple(jobs), running=tuple(running), quotas=quotas)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=1000)
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     snapshot = synthetic_snapshot(pending=args.pending, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                                   departments=args.departments, seed=args.seed)
     timings, decisions = [], None
@@ -94,6 +94,7 @@ def main() -> None:
     print(f"p50 {report['cycle_ms_p50']} ms {verdict} the goal of <= {GOAL_P50_MS} ms")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
+    return report
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ quota allows it (ledger) and the GPUs are there (placement). If not:
   own department (preemption), and waits for them to stop;
 - otherwise it waits with a reason naming the numbers. In strict FIFO the rest
   of its department waits behind it; in best-effort FIFO (the default) smaller
-  jobs behind it may run if they do not delay its estimated start.
+  jobs behind it may run if they do not delay its estimated start, and jobs
+  within the department's nominal never wait behind a head that needs to
+  borrow or whose start cannot be estimated.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.placement import Occupancy
 from quotas.scheduler.preemption import find_victims, fits_without
 from quotas.scheduler.types import (
-    STRICT_FIFO, Admission, Decisions, PendingJob, PoolState, Preemption, RunningJob, Snapshot, Waiting,
+    GREEDY, STRICT_FIFO, Admission, Decisions, PendingJob, PoolState, Preemption, RunningJob, Snapshot, Waiting,
 )
 
 
@@ -117,8 +119,15 @@ class _Cycle:
 
     def _behind_blocked_head(self, job: PendingJob) -> None:
         head, shadow, at_shadow = self.heads[job.department]
-        strict = self.snapshot.fifo.get(job.department) == STRICT_FIFO
+        mode = self.snapshot.fifo.get(job.department)
+        strict = mode == STRICT_FIFO
+        if mode == GREEDY and self._admit_if_fits(job):
+            return
         if not strict and shadow is not None and self._backfill_safe(job, head, shadow, at_shadow) and self._admit_if_fits(job):
+            return
+        if not strict and shadow is None and self.ledger.within_nominal(job.department, job.gpus) and self._admit_if_fits(job):
+            # The head waits to borrow, or for GPUs with no known release: a job its department is
+            # guaranteed right now does not wait behind it.
             return
         self.waiting.append((
             job.job_id, "lower_in_queue",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 STRICT_FIFO = "strict"
 BEST_EFFORT_FIFO = "best_effort"
+GREEDY = "greedy"  # any job that fits may pass a blocked one (plain backfill, no reservation): a baseline
 
 
 @dataclass(frozen=True)

@@ -229,3 +229,13 @@ def test_a_job_within_its_nominal_on_an_idle_pool_of_its_own_is_always_admitted(
     first = [pending(1, "vision", gpus=1, workers=1)]
     d = cycle(first + [pending(i + 2, "nlp", gpus=1) for i in range(len(jobs))], quotas=(quota("vision", 4), quota("nlp", 4)))
     assert 1 in admitted(d)
+
+
+def test_a_job_within_nominal_does_not_wait_behind_a_head_that_must_borrow():
+    own = [running(10, "vision", [[0, 1]], preemptible=False)]
+    quotas = (quota("vision", 4), quota("nlp", 4, lending=0))
+    jobs = [pending(1, gpus=4, priority=1000), pending(2, gpus=2)]
+    d = cycle(jobs, own, quotas=quotas)
+    assert admitted(d) == [2] and reasons(d) == {1: "quota_exhausted"}
+    strict = cycle(jobs, own, quotas=quotas, fifo={"vision": STRICT_FIFO})
+    assert admitted(strict) == [] and reasons(strict) == {1: "quota_exhausted", 2: "lower_in_queue"}
