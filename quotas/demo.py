@@ -27,7 +27,9 @@ USERS = [
     ("bob", "nlp", Membership.Role.MEMBER, False),
     ("admin", None, None, True),
 ]
-PRIORITIES = [("high", 1000, False), ("normal", 500, False), ("low", 100, True)]
+# Preemptible work may borrow idle GPUs beyond its department's quota (and is reclaimed when the
+# owner needs them); "high" never is, so it runs only within quota.
+PRIORITIES = [("high", 1000, False), ("normal", 500, True), ("low", 100, True)]
 IMAGES = [
     # name, framework, image reference, packages the local executor installs in its place
     ("python", "python", "python:3.11-slim", []),

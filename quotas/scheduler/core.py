@@ -94,7 +94,7 @@ class _Cycle:
         return (self.ledger.share(department), -head.priority, head.submitted_at, department)
 
     def _admit_if_fits(self, job: PendingJob) -> bool:
-        if self.ledger.refusal(job.department, job.gpus) is not None:
+        if self.ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
             return False
         slots = self.occupancy.place(job.workers, job.gpus_per_worker)
         if slots is None:
@@ -142,7 +142,7 @@ class _Cycle:
         return at_shadow + job.gpus + head.gpus <= self.pool.total + 1e-9
 
     def _why(self, job: PendingJob) -> tuple[str, str]:
-        refused = self.ledger.check(job.department, job.gpus)
+        refused = self.ledger.check(job.department, job.gpus, may_borrow=job.preemptible)
         if refused:
             return refused
         free = self.occupancy.free

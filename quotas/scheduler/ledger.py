@@ -49,10 +49,15 @@ class Ledger:
         lendable = quota.nominal if quota.lending_limit is None else min(quota.lending_limit, quota.nominal)
         return max(self.usage[department], quota.nominal - lendable)
 
-    def refusal(self, department: str, gpus: float) -> str | None:
-        """None if the department may take ``gpus`` more now, else the reason code (cheap: no message)."""
+    def refusal(self, department: str, gpus: float, *, may_borrow: bool = True) -> str | None:
+        """None if the department may take ``gpus`` more now, else the reason code (cheap: no message).
+
+        A job that may not be preempted may not borrow either: borrowed GPUs must stay reclaimable.
+        """
         if self.within_nominal(department, gpus):
             return None
+        if not may_borrow:
+            return "quota_exhausted"
         nominal, after = self.nominal(department), self.usage[department] + gpus
         quota = self.quota.get(department)
         if quota is not None and quota.borrowing_limit is not None and after - nominal > quota.borrowing_limit + EPSILON:
@@ -61,13 +66,19 @@ class Ledger:
             return "quota_exhausted"
         return None
 
-    def check(self, department: str, gpus: float) -> tuple[str, str] | None:
+    def check(self, department: str, gpus: float, *, may_borrow: bool = True) -> tuple[str, str] | None:
         """None if the department may take ``gpus`` more now, else (reason, message with the numbers)."""
-        reason = self.refusal(department, gpus)
+        reason = self.refusal(department, gpus, may_borrow=may_borrow)
         if reason is None:
             return None
         nominal, used = self.nominal(department), self.usage[department]
         quota = self.quota.get(department)
+        if not may_borrow and self.refusal(department, gpus) is None:
+            return "quota_exhausted", (
+                f"{department} uses {used:g}/{nominal:g} {self.pool.name} GPUs and this job needs {gpus:g} more; a job "
+                "that cannot be preempted runs only within its department's nominal quota (idle GPUs are lent "
+                "only to preemptible jobs)."
+            )
         if reason == "borrowing_limit":
             return "borrowing_limit", (
                 f"{department} uses {used:g}/{nominal:g} {self.pool.name} GPUs; this job needs {gpus:g} more, and its "

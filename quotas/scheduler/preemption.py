@@ -21,7 +21,8 @@ from quotas.scheduler.types import PendingJob, RunningJob
 
 
 def fits(ledger: Ledger, occupancy: Occupancy, job: PendingJob) -> bool:
-    return ledger.refusal(job.department, job.gpus) is None and occupancy.fits(job.workers, job.gpus_per_worker)
+    return (ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is None
+            and occupancy.fits(job.workers, job.gpus_per_worker))
 
 
 @contextmanager

@@ -136,16 +136,29 @@ def test_it_queues_what_does_not_fit_and_says_why(world):
     guaranteed = submit(world, world.bob, department="nlp", name="guaranteed").json()
     assert big["status"] == "admitted"
     waiting = world.api(world.carol).get(f"/api/v1/jobs/{waiting['id']}/").json()
-    # nlp is furthest below its nominal, so its job comes first; it would reclaim, but "normal" is not preemptible
-    assert (guaranteed["status"], guaranteed["pending_reason"], guaranteed["queue_position"]) == ("queued", "no_capacity", 1)
-    assert guaranteed["status_message"] == "Needs 1 GPUs (1 worker x 1 GPU); 0 of 8 local/sim GPUs are free (vision borrows 4)."
-    assert (waiting["pending_reason"], waiting["queue_position"]) == ("quota_exhausted", 2)
-    assert waiting["status_message"] == ("vision uses 8/4 local/sim GPUs (4 borrowed); this job needs 2 more and only 0 "
-                                         "idle GPUs can be borrowed.")
+    # nlp is furthest below its nominal, so its job comes first, and takes back what vision borrows
+    assert (guaranteed["status"], guaranteed["pending_reason"], guaranteed["queue_position"]) == (
+        "queued", "preemption_in_progress", 1)
+    assert guaranteed["status_message"] == (
+        f"Preempting #{big['id']} (vision, reclaim) to make room; it starts when they stop.")
+    big = world.api(world.alice).get(f"/api/v1/jobs/{big['id']}/").json()
+    assert big["status"] == "admitted" and big["status_message"].startswith(
+        f"Preempted for job #{guaranteed['id']}: vision borrows GPUs that nlp's nominal guarantees.")
+    # once the big job stops, vision is back under its nominal and the next job fits
+    assert (waiting["pending_reason"], waiting["queue_position"]) == ("preemption_in_progress", 2)
+    assert waiting["status_message"] == (
+        f"Waiting for #{big['id']} to stop (grace period); then it starts. vision uses 8/4 local/sim GPUs (4 borrowed); "
+        "this job needs 2 more and only 0 idle GPUs can be borrowed.")
     usage = world.api(world.alice).get("/api/v1/departments/vision/").json()["usage"][0]
     assert (usage["in_use"], usage["borrowed"], usage["pending"]) == (8.0, 4.0, 2.0)
     pools = world.api(world.alice).get("/api/v1/clusters/").json()["results"][0]["pools"]
     assert pools[0]["allocated"] == 8.0
+
+
+def test_a_job_that_cannot_be_preempted_does_not_borrow(world):
+    job = submit(world, world.alice, priority="high", gpus_per_worker=6).json()
+    assert (job["status"], job["pending_reason"]) == ("queued", "quota_exhausted")
+    assert "a job that cannot be preempted runs only within its department's nominal quota" in job["status_message"]
 
 
 def test_cancelling_a_waiting_job_ends_it_and_a_finished_one_is_a_conflict(world):

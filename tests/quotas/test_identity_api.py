@@ -155,7 +155,7 @@ def test_it_wants_a_list_of_quotas(world):
 def test_it_lists_priority_classes_by_value(world):
     body = world.api(world.bob).get("/api/v1/priority-classes/").json()
     assert [(p["name"], p["value"], p["preemptible"]) for p in body["results"]] == [
-        ("high", 1000, False), ("normal", 500, False), ("low", 100, True),
+        ("high", 1000, False), ("normal", 500, True), ("low", 100, True),
     ]
 
 

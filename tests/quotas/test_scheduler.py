@@ -24,9 +24,9 @@ def quota(dept, nominal, borrowing=None, lending=None):
     return QuotaState(department=dept, pool_id=1, nominal=nominal, borrowing_limit=borrowing, lending_limit=lending)
 
 
-def pending(job_id, dept="vision", gpus=1.0, workers=1, priority=500, at=None, runtime=3600.0):
+def pending(job_id, dept="vision", gpus=1.0, workers=1, priority=500, at=None, runtime=3600.0, preemptible=True):
     return PendingJob(job_id=job_id, pool_id=1, department=dept, priority=priority, submitted_at=at or job_id,
-                      workers=workers, gpus_per_worker=gpus, max_runtime=runtime)
+                      workers=workers, gpus_per_worker=gpus, max_runtime=runtime, preemptible=preemptible)
 
 
 def running(job_id, dept, gpus_list, node="n0", priority=500, preemptible=True, started=NOW - 3600, deadline=None):
@@ -229,6 +229,14 @@ def test_a_job_within_its_nominal_on_an_idle_pool_of_its_own_is_always_admitted(
     first = [pending(1, "vision", gpus=1, workers=1)]
     d = cycle(first + [pending(i + 2, "nlp", gpus=1) for i in range(len(jobs))], quotas=(quota("vision", 4), quota("nlp", 4)))
     assert 1 in admitted(d)
+
+
+def test_a_job_that_cannot_be_preempted_runs_only_within_nominal():
+    d = cycle([pending(1, gpus=4, preemptible=False, priority=1000), pending(2, gpus=2, preemptible=False),
+               pending(3, gpus=2, priority=1000)])
+    assert admitted(d) == [1, 3]  # the preemptible one borrows nlp's idle GPUs
+    assert reasons(d) == {2: "quota_exhausted"}
+    assert "a job that cannot be preempted runs only within its department's nominal quota" in d.waiting[0].message
 
 
 def test_a_job_within_nominal_does_not_wait_behind_a_head_that_must_borrow():
