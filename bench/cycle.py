@@ -10,12 +10,12 @@ of 1-8 GPUs per worker and 1-4 workers, a tenth fractional, three priorities. Go
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
 from pathlib import Path
 
+from bench.common import emit, percentile
 from quotas.scheduler import PendingJob, PoolState, QuotaState, RunningJob, Slot, Snapshot, schedule
 
 GOAL_P50_MS = 50.0
@@ -86,15 +86,12 @@ def main(argv: list[str] | None = None) -> dict:
         "pending": args.pending, "running": len(snapshot.running), "nodes": args.nodes, "departments": args.departments,
         "admitted": len(decisions.admissions), "preempted": len(decisions.preemptions), "waiting": len(decisions.waiting),
         "cycle_ms_p50": round(statistics.median(timings), 1),
-        "cycle_ms_p95": round(timings[min(len(timings) - 1, round(0.95 * (len(timings) - 1)))], 1),
+        "cycle_ms_p95": round(percentile(timings, 0.95), 1),
         "goal_cycle_ms_p50": GOAL_P50_MS,
     }
-    print(json.dumps(report, indent=2))
     verdict = "meets" if report["cycle_ms_p50"] <= GOAL_P50_MS else "MISSES"
-    print(f"p50 {report['cycle_ms_p50']} ms {verdict} the goal of <= {GOAL_P50_MS} ms")
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
-    return report
+    return emit(report, summary=f"p50 {report['cycle_ms_p50']} ms {verdict} the goal of <= {GOAL_P50_MS} ms",
+                json_path=args.json)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import csv
 import heapq
-import json
 import math
 import random
 import statistics
@@ -42,6 +41,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.common import emit, percentile
 from quotas.scheduler import (
     BEST_EFFORT_FIFO, GREEDY, STRICT_FIFO, PendingJob, PoolState, QuotaState, RunningJob, Snapshot, schedule,
 )
@@ -220,11 +220,6 @@ class Replay:
         job.entitled_since = None
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", choices=["itp"], required=True)
@@ -256,13 +251,10 @@ def main(argv: list[str] | None = None) -> dict:
         "admissions_per_second": round(replay.admissions / max(replay.scheduler_seconds, 1e-9), 1),
         "wall_seconds": round(time.perf_counter() - wall, 1),
     }
-    print(json.dumps(report, indent=2))
-    print(f"mean queue {report['mean_queue_s'] / 3600:.2f} h, p95 {report['p95_queue_s'] / 3600:.2f} h, "
-          f"{replay.violations} guarantee violations, wasted {100 * replay.wasted / useful:.2f}% of delivered GPU-hours "
-          "(targets for portal: <= 0.80 h, <= 8.5 h, 0, <= 1%)")
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
-    return report
+    return emit(report, json_path=args.json, summary=(
+        f"mean queue {report['mean_queue_s'] / 3600:.2f} h, p95 {report['p95_queue_s'] / 3600:.2f} h, "
+        f"{replay.violations} guarantee violations, wasted {100 * replay.wasted / useful:.2f}% of delivered GPU-hours "
+        "(targets for portal: <= 0.80 h, <= 8.5 h, 0, <= 1%)"))
 
 
 if __name__ == "__main__":
