@@ -113,6 +113,7 @@ class Replay:
         self.violations = self.preemptions = self.admissions = 0
         self.wasted = 0.0
         self.scheduler_seconds = 0.0
+        self.nominated: set[int] = set()  # jobs that evictions were started for (the portal stores this as their reason)
         if policy != "portal":  # baselines never preempt; FIFO ignores priorities altogether
             for job in jobs:
                 job.preemptible = False
@@ -183,7 +184,7 @@ class Replay:
                                 shareable=False, used=used)},
             pending=tuple(PendingJob(job_id=j.job_id, pool_id=1, department=self.view(j), priority=j.priority,
                                      submitted_at=j.submitted, workers=j.shape[0], gpus_per_worker=j.shape[1],
-                                     preemptible=j.preemptible) for j in heads),
+                                     preemptible=j.preemptible, nominated=j.job_id in self.nominated) for j in heads),
             running=tuple(RunningJob(job_id=j.job_id, pool_id=1, department=self.view(j), priority=j.priority,
                                      preemptible=j.preemptible, gpus=float(j.gpus), slots=j.slots, started_at=j.started)
                           for j in self.running.values()),
@@ -193,6 +194,7 @@ class Replay:
         decisions = schedule(snapshot, now=now)
         self.scheduler_seconds += time.perf_counter() - started
         by_id = {j.job_id: j for j in heads}
+        self.nominated = {w.job_id for w in decisions.waiting if w.reason == "preemption_in_progress"}
         for admission in decisions.admissions:
             job = by_id[admission.job_id]
             del self.pending[job.department][job.job_id]

@@ -231,6 +231,7 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
                 job_id=job.pk, pool_id=job.pool_id, department=job.department.slug, priority=job.priority.value,
                 submitted_at=job.created_at.timestamp(), workers=job.workers, gpus_per_worker=job.gpus_per_worker,
                 preemptible=job.priority.preemptible, max_runtime=job.max_runtime_seconds,
+                nominated=job.pending_reason == "preemption_in_progress",
             )
             for job in queued
         ),

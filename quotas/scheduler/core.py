@@ -69,10 +69,17 @@ class _Cycle:
         self.waiting: list[tuple[int, str, str]] = []  # job id, reason, message, in admission order
         # department -> [blocked head, its estimated start (shadow time), GPUs booked at that time]
         self.heads: dict[str, list] = {}
+        self.head_reasons: dict[str, str] = {}
 
     def run(self) -> None:
+        for job in sorted((j for j in self.by_id.values() if j.nominated), key=lambda j: (-j.priority, j.submitted_at)):
+            self.queues[job.department].remove(job)
+            if job.department in self.heads:
+                self._behind_blocked_head(job)
+            else:
+                self._try(job)
         # Departments take turns by fair share; only the one that just went changes its key.
-        turns = [self._turn(d) for d in self.queues]
+        turns = [self._turn(d) for d in self.queues if self.queues[d]]
         heapq.heapify(turns)
         while turns:
             *_, department = heapq.heappop(turns)
@@ -114,14 +121,16 @@ class _Cycle:
             return
         reason, message = self._make_room(job, *self._why(job))
         self.waiting.append((job.job_id, reason, message))
+        self.head_reasons[job.department] = reason
         shadow = None if reason in ("borrowing_limit", "quota_exhausted") else self.releases.first_free(job.gpus)
         self.heads[job.department] = [job, shadow, self.releases.in_use_at(shadow) if shadow is not None else 0.0]
 
     def _behind_blocked_head(self, job: PendingJob) -> None:
         head, shadow, at_shadow = self.heads[job.department]
         mode = self.snapshot.fifo.get(job.department)
-        strict = mode == STRICT_FIFO
-        if mode == GREEDY and self._admit_if_fits(job):
+        # While GPUs are being freed for the head, nothing of its department may take them.
+        strict = mode == STRICT_FIFO or self.head_reasons[job.department] == "preemption_in_progress"
+        if mode == GREEDY and not strict and self._admit_if_fits(job):
             return
         if not strict and shadow is not None and self._backfill_safe(job, head, shadow, at_shadow) and self._admit_if_fits(job):
             return

@@ -75,6 +75,9 @@ class PendingJob:
     gpus_per_worker: float
     preemptible: bool = False
     max_runtime: float | None = None
+    # Evictions were started for this job in an earlier cycle: it goes first, so that no other job
+    # takes the GPUs being freed for it (which would start the evictions over and over).
+    nominated: bool = False
 
     @property
     def gpus(self) -> float:

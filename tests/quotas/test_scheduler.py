@@ -247,3 +247,14 @@ def test_a_job_within_nominal_does_not_wait_behind_a_head_that_must_borrow():
     assert admitted(d) == [2] and reasons(d) == {1: "quota_exhausted"}
     strict = cycle(jobs, own, quotas=quotas, fifo={"vision": STRICT_FIFO})
     assert admitted(strict) == [] and reasons(strict) == {1: "quota_exhausted", 2: "lower_in_queue"}
+
+
+def test_nothing_takes_the_gpus_being_freed_for_a_job():
+    borrowers = [running(10, "nlp", [[0, 1, 2, 3, 4, 5, 6, 7]], priority=100)]
+    first = cycle([pending(1, "vision", gpus=2, priority=1000), pending(2, "vision", gpus=1)], borrowers)
+    assert reasons(first) == {1: "preemption_in_progress", 2: "lower_in_queue"}  # #2 may not slip in
+    # next cycle: the borrower stopped; the job evictions were started for goes first, before fair share
+    nominated = PendingJob(job_id=1, pool_id=1, department="vision", priority=1000, submitted_at=5, workers=1,
+                           gpus_per_worker=2, preemptible=True, nominated=True)
+    second = cycle([pending(3, "nlp", gpus=8, priority=1000), nominated], quotas=(quota("vision", 4), quota("nlp", 4)))
+    assert admitted(second)[0] == 1
