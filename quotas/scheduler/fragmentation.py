@@ -45,28 +45,32 @@ class TypicalPods:
     def __bool__(self) -> bool:
         return bool(self._gpu_items)
 
+    def _memoized(self, kind: int, model: str, cpu_free: int, gpus, measure) -> float:
+        key = (kind, model, cpu_free, tuple(sorted(gpus)))
+        hit = self._memo.get(key)
+        if hit is None:
+            free = key[3]
+            total = sum(free)
+            hit = self._memo[key] = measure(model, cpu_free, free, total) if total else 0.0
+        return hit
+
     def fgd(self, model: str, cpu_free: int, gpus) -> float:
         """FGD's measure: expected free GPU milli a typical pod could not use on a node in this state."""
-        key = (0, model, cpu_free, tuple(sorted(gpus)))
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        free = key[3]
-        total = sum(free)
+        return self._memoized(0, model, cpu_free, gpus, self._fgd)
+
+    def _fgd(self, model, cpu_free, free, total) -> float:
         frag = 0.0
-        if total:
-            for cpu, num, milli, spec, freq in self._gpu_items:
-                if cpu_free < cpu or (spec and model not in spec):
-                    frag += freq * total
-                    continue
-                usable = below = 0
-                for g in free:
-                    if g >= milli:
-                        usable += 1
-                    else:
-                        below += g
-                frag += freq * (below if usable >= num else total)
-        self._memo[key] = frag
+        for cpu, num, milli, spec, freq in self._gpu_items:
+            if cpu_free < cpu or (spec and model not in spec):
+                frag += freq * total
+                continue
+            usable = below = 0
+            for g in free:
+                if g >= milli:
+                    usable += 1
+                else:
+                    below += g
+            frag += freq * (below if usable >= num else total)
         return frag
 
     def fill(self, model: str, cpu_free: int, gpus) -> float:
@@ -74,26 +78,21 @@ class TypicalPods:
 
         Unlike ``fgd`` it sees what one pod cannot: two 470-milli slices leave 60 of a GPU, and 60 free
         cores next to 8 free GPUs serve only five 12-core pods."""
-        key = (1, model, cpu_free, tuple(sorted(gpus)))
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        free = key[3]
-        total = sum(free)
+        return self._memoized(1, model, cpu_free, gpus, self._fill)
+
+    def _fill(self, model, cpu_free, free, total) -> float:
         frag = 0.0
-        if total:
-            for cpu, num, milli, spec, freq in self._gpu_items:
-                if spec and model not in spec:
-                    frag += freq * total
-                    continue
-                slots = 0
-                for g in free:
-                    slots += g // milli
-                copies = slots // num
-                if cpu and cpu_free // cpu < copies:
-                    copies = cpu_free // cpu
-                frag += freq * (total - copies * num * milli)
-        self._memo[key] = frag
+        for cpu, num, milli, spec, freq in self._gpu_items:
+            if spec and model not in spec:
+                frag += freq * total
+                continue
+            slots = 0
+            for g in free:
+                slots += g // milli
+            copies = slots // num
+            if cpu and cpu_free // cpu < copies:
+                copies = cpu_free // cpu
+            frag += freq * (total - copies * num * milli)
         return frag
 
     def portal(self, model: str, cpu_free: int, gpus) -> float:
