@@ -19,7 +19,7 @@ FULL = 100  # shares are kept in hundredths of a GPU, so sums stay exact
 
 
 def _hundredths(share: float) -> int:
-    return round(share * FULL)
+    return FULL if share == 1.0 else round(share * FULL)
 
 
 class Occupancy:
@@ -31,15 +31,16 @@ class Occupancy:
         self.by_free: list[dict[str, None]] = [{} for _ in range(self.per_node + 1)]
         self.shared: list[dict[tuple[str, int], None]] = [{} for _ in range(FULL)]
         self.free_hundredths = pool.total * FULL
-        for (node, gpu), share in pool.used.items():  # bulk: a pool can have thousands of busy GPUs
-            amount = min(FULL, _hundredths(share))
+        used, whole_free, shared = self.used, self.whole_free, self.shared
+        for key, share in pool.used.items():  # bulk, and cheap for whole GPUs: a pool can have thousands busy
+            amount = FULL if share >= 1.0 else round(share * FULL)
             if amount <= 0:
                 continue
-            self.used[(node, gpu)] = amount
-            self.whole_free[node].discard(gpu)
+            used[key] = amount
+            whole_free[key[0]].discard(key[1])
             self.free_hundredths -= amount
             if amount < FULL:
-                self.shared[amount][(node, gpu)] = None
+                shared[amount][key] = None
         for node in pool.nodes:
             self.by_free[len(self.whole_free[node])][node] = None
 

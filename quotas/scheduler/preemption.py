@@ -20,6 +20,11 @@ from quotas.scheduler.placement import Occupancy
 from quotas.scheduler.types import PendingJob, RunningJob
 
 
+# How many eviction candidates one waiting job may look at in a cycle: past this many, evicting is
+# unlikely to be the fewest-victims answer, and the job tries again next cycle.
+SEARCH_LIMIT = 64
+
+
 def fits(ledger: Ledger, occupancy: Occupancy, job: PendingJob) -> bool:
     return (ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is None
             and occupancy.fits(job.workers, job.gpus_per_worker))
@@ -58,7 +63,7 @@ def find_victims(
     removed: list[tuple[RunningJob, str]] = []
     enough = False
     try:
-        for victim, reason in candidates:
+        for victim, reason in itertools.islice(candidates, SEARCH_LIMIT):
             if reason == "reclaim" and ledger.borrowed(victim.department) <= 1e-9:
                 continue  # that department is back within its nominal: the rest of its jobs are guaranteed
             occupancy.release(victim.slots)
