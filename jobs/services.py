@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from config.celery import TransientError
+from config.celery import app as celery_app
 from config.errors import Conflict
 from jobs import lifecycle
 from jobs.executors.base import (
     CANCELLED, FAILED, LOST, RUNNING, STARTING, SUCCEEDED, Executor, ExecutorError, JobSpec, Mount, ObservedState,
     Placement, WorkerPlacement,
 )
+from jobs.executors.local import LocalExecutor
 from jobs.models import Job
 from jobs.submission import check_submission
 from jobs.transitions import StaleJob, job_created_event, job_transition
@@ -37,8 +40,6 @@ RELAUNCH_AFTER_SECONDS = 30
 
 def executor_for(cluster: Cluster) -> Executor:
     if cluster.backend == Cluster.Backend.LOCAL:
-        from jobs.executors.local import LocalExecutor
-
         return LocalExecutor(
             settings.PORTAL_DATA_ROOT / "executors" / cluster.name,
             allow_local_code=bool(cluster.settings.get("allow_local_code", False)),
@@ -110,10 +111,8 @@ def job_cancel(*, user, job: Job) -> Job:
         job.cancel_requested_at = timezone.now()
         job.status_message = f"Cancelling (by {user.username}): workers get SIGTERM and {grace} s to finish."
         Job.objects.filter(pk=job.pk).update(cancel_requested_at=job.cancel_requested_at, status_message=job.status_message)
-        from config.celery import app
-
         job_id = job.pk
-        transaction.on_commit(lambda: app.send_task("jobs.tasks.cancel_job", args=[job_id]))
+        transaction.on_commit(lambda: celery_app.send_task("jobs.tasks.cancel_job", args=[job_id]))
     return job
 
 
@@ -210,9 +209,7 @@ def jobs_reconcile() -> int:
         launched = [job for job in jobs if job.launched_at is not None]
         for job in jobs:
             if job.launched_at is None and (now - job.admitted_at).total_seconds() > RELAUNCH_AFTER_SECONDS:
-                from config.celery import app
-
-                app.send_task("jobs.tasks.launch_job", args=[job.pk])
+                celery_app.send_task("jobs.tasks.launch_job", args=[job.pk])
         if not launched:
             continue
         states = _call(lambda: executor.poll([job.run_id for job in launched]))
@@ -258,9 +255,7 @@ def _call(operation):
         raise TransientError(exc.message) from exc
 
 
-def _from_epoch(seconds: float | None):
-    from datetime import UTC, datetime
-
+def _from_epoch(seconds: float | None) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC) if seconds else timezone.now()
 
 
