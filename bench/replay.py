@@ -38,7 +38,7 @@ import random
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench.common import emit, percentile
@@ -68,6 +68,9 @@ class SimJob:
     epoch: int = 0  # bumps on preemption, so stale finish events are ignored
     entitled_since: float | None = None
     slots: tuple = field(default=())
+    # What the scheduler sees of it, made once per arrival or admission rather than every cycle.
+    pending_view: PendingJob | None = None
+    running_view: RunningJob | None = None
 
     @property
     def shape(self) -> tuple[int, float]:
@@ -169,25 +172,16 @@ class Replay:
 
     def _cycle(self, now: float) -> bool:
         heads = []
-        for department, waiting in self.pending.items():
-            ordered = sorted(waiting.values(), key=lambda j: (-j.priority, j.submitted, j.job_id))[:HEADS_PER_DEPARTMENT]
-            heads += ordered
+        for waiting in self.pending.values():
+            heads += heapq.nsmallest(HEADS_PER_DEPARTMENT, waiting.values(), key=lambda j: (-j.priority, j.submitted, j.job_id))
         if not heads:
             return False
-        used = {}
-        for job in self.running.values():
-            for slot in job.slots:
-                for gpu in slot.gpus:
-                    used[(slot.node, gpu)] = 1.0
+        used = {(slot.node, gpu): 1.0 for job in self.running.values() for slot in job.slots for gpu in slot.gpus}
         snapshot = Snapshot(
             pools={1: PoolState(pool_id=1, name="itp", nodes=self.nodes, gpus_per_node=self.gpus_per_node,
                                 shareable=False, used=used)},
-            pending=tuple(PendingJob(job_id=j.job_id, pool_id=1, department=self.view(j), priority=j.priority,
-                                     submitted_at=j.submitted, workers=j.shape[0], gpus_per_worker=j.shape[1],
-                                     preemptible=j.preemptible, nominated=j.job_id in self.nominated) for j in heads),
-            running=tuple(RunningJob(job_id=j.job_id, pool_id=1, department=self.view(j), priority=j.priority,
-                                     preemptible=j.preemptible, gpus=float(j.gpus), slots=j.slots, started_at=j.started)
-                          for j in self.running.values()),
+            pending=tuple(self._pending_view(j) for j in heads),
+            running=tuple(j.running_view for j in self.running.values()),
             quotas=self.quotas, fifo=self.fifo,
         )
         started = time.perf_counter()
@@ -200,6 +194,8 @@ class Replay:
             del self.pending[job.department][job.job_id]
             job.entitled_since and self._close_entitlement(job, now)
             job.slots, job.started = admission.slots, now
+            job.running_view = RunningJob(job_id=job.job_id, pool_id=1, department=self.view(job), priority=job.priority,
+                                          preemptible=job.preemptible, gpus=float(job.gpus), slots=job.slots, started_at=now)
             job.first_start = now if job.first_start is None else job.first_start
             self.running[job.job_id] = job
             self.admissions += 1
@@ -216,6 +212,13 @@ class Replay:
             self.pending[job.department][job.job_id] = job
             self._use(job.department, -job.gpus, now)
         return bool(decisions.preemptions)
+
+    def _pending_view(self, job: SimJob) -> PendingJob:
+        if job.pending_view is None:
+            job.pending_view = PendingJob(job_id=job.job_id, pool_id=1, department=self.view(job), priority=job.priority,
+                                          submitted_at=job.submitted, workers=job.shape[0], gpus_per_worker=job.shape[1],
+                                          preemptible=job.preemptible)
+        return replace(job.pending_view, nominated=True) if job.job_id in self.nominated else job.pending_view
 
     def _close_entitlement(self, job: SimJob, now: float) -> None:
         self.violations += now - job.entitled_since > ENTITLED_GRACE_SECONDS
