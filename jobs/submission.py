@@ -67,9 +67,8 @@ def check_submission(*, user, data: dict, type_errors: dict | None = None) -> Cl
     skipped, while every other field is still checked, so that a person sees
     everything to fix at once.
     """
-    skip_errors: dict[str, list] = {field: list(messages) for field, messages in (type_errors or {}).items()}
-    skip = set(skip_errors)
-    errors: dict[str, list[str]] = {}
+    errors: dict[str, list] = {field: list(messages) for field, messages in (type_errors or {}).items()}
+    skip = set(errors)
 
     def fail(field: str, message: str) -> None:
         errors.setdefault(field, []).append(message)
@@ -134,10 +133,6 @@ def check_submission(*, user, data: dict, type_errors: dict | None = None) -> Cl
     if not 1 <= runtime <= MAX_RUNTIME_SECONDS:
         fail("max_runtime_seconds", f"Use between 1 second and {MAX_RUNTIME_SECONDS} seconds (30 days).")
 
-    for field, messages in errors.items():
-        skip_errors.setdefault(field, [])
-        skip_errors[field].extend(messages)
-    errors = skip_errors
     if errors:
         raise InvalidInput(errors)
     return CleanJob(

@@ -113,7 +113,7 @@ def test_it_lets_only_platform_admins_set_quotas(world):
     assert event.data["before"][0]["nominal"] == 4 and event.data["after"][0]["nominal"] == 2
 
 
-def test_it_reports_every_quota_problem_at_once(world):
+def test_it_reports_every_malformed_quota_field_at_once(world):
     body = [
         {"cluster": "local", "gpu_type": "A100", "nominal": 1},
         {"cluster": "elsewhere", "gpu_type": "sim", "nominal": 1},
