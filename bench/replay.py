@@ -9,7 +9,10 @@ The scheduler never sees durations: jobs finish when their trace duration has ru
 
 Policies (the same `quotas.scheduler.schedule` drives all of them):
 - portal: the departments' quotas, borrowing idle GPUs without limit, reclaim and priority preemption,
-  fair share across departments, best-effort FIFO within one;
+  least-attained-service sharing of borrowed GPUs (``--service``, see ``ServicePolicy``), moving
+  guaranteed work off a node that a guaranteed gang needs, fair share across departments, best-effort
+  FIFO within one. A non-preemptible job never borrows, so a job bigger than its department's nominal
+  is made preemptible (it could never start otherwise);
 - hard-quota: the same quotas with no borrowing (nothing to reclaim);
 - fifo: one queue in submit order, no quotas; fifo-backfill: the same, and any job that fits may pass
   a blocked one (no reservation, since durations are unknown).
@@ -43,7 +46,7 @@ from pathlib import Path
 
 from bench.common import emit, percentile
 from quotas.scheduler import (
-    BEST_EFFORT_FIFO, GREEDY, STRICT_FIFO, PendingJob, PoolState, QuotaState, RunningJob, Snapshot, schedule,
+    BEST_EFFORT_FIFO, GREEDY, STRICT_FIFO, PendingJob, PoolState, QuotaState, RunningJob, ServicePolicy, Snapshot, schedule,
 )
 
 CHECKPOINT_SECONDS = 1800
@@ -66,6 +69,7 @@ class SimJob:
     started: float = 0.0
     finished: float | None = None
     epoch: int = 0  # bumps on preemption, so stale finish events are ignored
+    attained: float = 0.0  # GPU-seconds run in earlier (preempted) runs
     entitled_since: float | None = None
     slots: tuple = field(default=())
     # What the scheduler sees of it, made once per arrival or admission rather than every cycle.
@@ -105,8 +109,8 @@ def nominal_quotas(jobs: list[SimJob], gpus: int) -> dict[str, int]:
 
 
 class Replay:
-    def __init__(self, jobs, *, gpus, gpus_per_node, policy, nominal):
-        self.jobs, self.policy, self.nominal = jobs, policy, nominal
+    def __init__(self, jobs, *, gpus, gpus_per_node, policy, nominal, service=ServicePolicy()):
+        self.jobs, self.policy, self.nominal, self.service = jobs, policy, nominal, service
         self.nodes = tuple(f"node-{i:03}" for i in range(gpus // gpus_per_node))
         self.gpus_per_node, self.capacity = gpus_per_node, gpus
         self.pending: dict[str, dict[int, SimJob]] = defaultdict(dict)  # department -> waiting jobs
@@ -114,6 +118,9 @@ class Replay:
         self.usage: dict[str, float] = defaultdict(float)  # real departments, for guarantees
         self.events: list[tuple[float, int, int, int]] = []  # time, kind (0 finish, 1 arrival), job id, epoch
         self.violations = self.preemptions = self.admissions = 0
+        self.by_reason: dict[str, int] = defaultdict(int)  # preemptions by reason
+        self.violated: dict[str, int] = defaultdict(int)  # violations by the job's last waiting reason
+        self.last_reason: dict[int, str] = {}
         self.wasted = 0.0
         self.scheduler_seconds = 0.0
         self.nominated: set[int] = set()  # jobs that evictions were started for (the portal stores this as their reason)
@@ -121,6 +128,9 @@ class Replay:
             for job in jobs:
                 job.preemptible = False
                 job.priority = 500 if policy != "hard-quota" else job.priority
+        if policy == "portal":  # a job that may not be preempted runs only within its nominal: none bigger than that
+            for job in jobs:
+                job.preemptible = job.preemptible or job.gpus > nominal.get(job.department, 0)
         if policy in ("fifo", "fifo-backfill"):
             self.view = lambda job: "all"  # noqa: E731 - one queue, no quotas
             self.quotas = (QuotaState(department="all", pool_id=1, nominal=gpus),)
@@ -167,8 +177,7 @@ class Replay:
             if entitled and job.entitled_since is None:
                 job.entitled_since = now
             elif not entitled and job.entitled_since is not None:
-                self.violations += now - job.entitled_since > ENTITLED_GRACE_SECONDS
-                job.entitled_since = None
+                self._close_entitlement(job, now)
 
     def _cycle(self, now: float) -> bool:
         heads = []
@@ -182,20 +191,23 @@ class Replay:
                                 shareable=False, used=used)},
             pending=tuple(self._pending_view(j) for j in heads),
             running=tuple(j.running_view for j in self.running.values()),
-            quotas=self.quotas, fifo=self.fifo,
+            quotas=self.quotas, fifo=self.fifo, explain=False, service=self.service,
         )
         started = time.perf_counter()
         decisions = schedule(snapshot, now=now)
         self.scheduler_seconds += time.perf_counter() - started
         by_id = {j.job_id: j for j in heads}
         self.nominated = {w.job_id for w in decisions.waiting if w.reason == "preemption_in_progress"}
+        for waiting in decisions.waiting:
+            self.last_reason[waiting.job_id] = waiting.reason
         for admission in decisions.admissions:
             job = by_id[admission.job_id]
             del self.pending[job.department][job.job_id]
             job.entitled_since and self._close_entitlement(job, now)
             job.slots, job.started = admission.slots, now
             job.running_view = RunningJob(job_id=job.job_id, pool_id=1, department=self.view(job), priority=job.priority,
-                                          preemptible=job.preemptible, gpus=float(job.gpus), slots=job.slots, started_at=now)
+                                          preemptible=job.preemptible, gpus=float(job.gpus), slots=job.slots, started_at=now,
+                                          attained=job.attained)
             job.first_start = now if job.first_start is None else job.first_start
             self.running[job.job_id] = job
             self.admissions += 1
@@ -208,7 +220,10 @@ class Replay:
             job.remaining -= saved
             self.wasted += (ran - saved) * job.gpus
             job.epoch += 1
+            job.attained += ran * job.gpus
+            job.pending_view = None
             self.preemptions += 1
+            self.by_reason[preemption.reason] += 1
             self.pending[job.department][job.job_id] = job
             self._use(job.department, -job.gpus, now)
         return bool(decisions.preemptions)
@@ -217,12 +232,24 @@ class Replay:
         if job.pending_view is None:
             job.pending_view = PendingJob(job_id=job.job_id, pool_id=1, department=self.view(job), priority=job.priority,
                                           submitted_at=job.submitted, workers=job.shape[0], gpus_per_worker=job.shape[1],
-                                          preemptible=job.preemptible)
+                                          preemptible=job.preemptible, attained=job.attained)
         return replace(job.pending_view, nominated=True) if job.job_id in self.nominated else job.pending_view
 
     def _close_entitlement(self, job: SimJob, now: float) -> None:
-        self.violations += now - job.entitled_since > ENTITLED_GRACE_SECONDS
+        if now - job.entitled_since > ENTITLED_GRACE_SECONDS:
+            self.violations += 1
+            self.violated[f"{job.gpus} GPUs, {self.last_reason.get(job.job_id, 'not looked at')}"] += 1
         job.entitled_since = None
+
+
+def service_policy(text: str) -> ServicePolicy:
+    if text == "off":
+        return ServicePolicy(enabled=False)
+    try:
+        quantum, factor, min_run = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected 'off' or three numbers: quantum seconds, factor, minimum run seconds")
+    return ServicePolicy(quantum=quantum, factor=factor, min_run_seconds=min_run)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -234,11 +261,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--policy", choices=["portal", "fifo", "fifo-backfill", "hard-quota"], required=True)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--service", type=service_policy, default=ServicePolicy(), metavar="off|QUANTUM_S,FACTOR,MIN_RUN_S",
+                        help="least-attained-service sharing for portal (default: the portal's own, 14400,2,1800)")
     args = parser.parse_args(argv)
     wall = time.perf_counter()
     jobs = load_itp(args.input, args.seed)
     nominal = nominal_quotas(jobs, args.gpus)
-    replay = Replay(jobs, gpus=args.gpus, gpus_per_node=args.gpus_per_node, policy=args.policy, nominal=nominal)
+    replay = Replay(jobs, gpus=args.gpus, gpus_per_node=args.gpus_per_node, policy=args.policy, nominal=nominal,
+                    service=args.service)
     end = replay.run()
     done = [j for j in jobs if j.finished is not None]  # under hard quotas a gang above its nominal never runs
     queue = [j.first_start - j.submitted for j in done]
@@ -253,6 +283,9 @@ def main(argv: list[str] | None = None) -> dict:
         "utilization": round(useful / (args.gpus * (end - start)), 4), "makespan_s": round(end - start, 1),
         "preemptions": replay.preemptions, "wasted_gpu_seconds": round(replay.wasted, 1),
         "guarantee_violations": replay.violations,
+        "violations_by_size_and_reason": dict(sorted(replay.violated.items(), key=lambda kv: -kv[1])),
+        "preemptions_by_reason": dict(replay.by_reason),
+        "service": "off" if not args.service.enabled else [args.service.quantum, args.service.factor, args.service.min_run_seconds],
         "admissions_per_second": round(replay.admissions / max(replay.scheduler_seconds, 1e-9), 1),
         "wall_seconds": round(time.perf_counter() - wall, 1),
     }

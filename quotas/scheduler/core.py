@@ -20,6 +20,7 @@ from collections import defaultdict, deque
 
 from quotas.scheduler.eta import Releases, estimate_starts
 from quotas.scheduler.ledger import Ledger
+from quotas.scheduler.moves import find_moves
 from quotas.scheduler.placement import Occupancy
 from quotas.scheduler.preemption import find_victims, fits_without
 from quotas.scheduler.types import (
@@ -44,6 +45,7 @@ class _Cycle:
     def __init__(self, snapshot: Snapshot, pool: PoolState, pending, running, now: float, decisions: Decisions):
         self.pool, self.now, self.decisions, self.snapshot = pool, now, decisions, snapshot
         self.stopping = [job for job in running if job.terminating]
+        self.running = [job for job in running if not job.terminating]
         # Who may be evicted, in eviction order (lowest priority, most recently started first), sorted once per cycle.
         self.evictable = sorted(
             (job for job in running
@@ -53,6 +55,17 @@ class _Cycle:
         self.evictable_gpus: dict[str, float] = defaultdict(float)
         for job in self.evictable:
             self.evictable_gpus[job.department] += job.gpus
+        # Least attained service: who has had the most GPU-seconds (and ran long enough this time) goes first.
+        self.policy = policy = snapshot.service
+        self.by_service: list[tuple[float, RunningJob]] = []
+        self.service_gpus = 0.0  # an upper bound of what service evictions can free for a fresh job
+        if policy.enabled:
+            self.by_service = sorted(
+                ((job.service(now), job) for job in self.evictable if now - job.started_at >= policy.min_run_seconds),
+                key=lambda pair: -pair[0],
+            )
+            fresh_floor = policy.factor * policy.quantum
+            self.service_gpus = sum(job.gpus for service, job in self.by_service if service >= fresh_floor)
         usage: dict[str, float] = defaultdict(float)
         for job in running:
             usage[job.department] += job.gpus
@@ -65,7 +78,11 @@ class _Cycle:
         for job in pending:
             queues[job.department].append(job)
         self.by_id = {job.job_id: job for job in pending}
-        self.queues = {d: deque(sorted(q, key=lambda j: (-j.priority, j.submitted_at, j.job_id))) for d, q in queues.items()}
+        quantum = policy.quantum if policy.enabled else float("inf")
+        self.queues = {
+            d: deque(sorted(q, key=lambda j: (-j.priority, j.attained >= quantum, j.submitted_at, j.job_id)))
+            for d, q in queues.items()
+        }
         self.waiting: list[tuple[int, str, str]] = []  # job id, reason, message, in admission order
         # department -> [blocked head, its estimated start (shadow time), GPUs booked at that time]
         self.heads: dict[str, list] = {}
@@ -90,6 +107,10 @@ class _Cycle:
                 self._try(job)
             if self.queues[department]:
                 heapq.heappush(turns, self._turn(department))
+        if not self.snapshot.explain:
+            self.decisions.waiting.extend(Waiting(job_id=job_id, reason=reason, message=message, position=position)
+                                          for position, (job_id, reason, message) in enumerate(self.waiting, start=1))
+            return
         estimates = estimate_starts(self.releases, [self.by_id[job_id] for job_id, _, _ in self.waiting])
         self.decisions.waiting.extend(
             Waiting(job_id=job_id, reason=reason, message=message, position=position, estimated_start=estimates.get(job_id))
@@ -151,6 +172,9 @@ class _Cycle:
         return at_shadow + job.gpus + head.gpus <= self.pool.total + 1e-9
 
     def _why(self, job: PendingJob) -> tuple[str, str]:
+        if not self.snapshot.explain:
+            refused = self.ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible)
+            return refused or ("no_capacity" if job.gpus > self.occupancy.free + 1e-9 else "gang_does_not_fit"), ""
         refused = self.ledger.check(job.department, job.gpus, may_borrow=job.preemptible)
         if refused:
             return refused
@@ -170,26 +194,51 @@ class _Cycle:
         if self.stopping and fits_without(self.ledger, self.occupancy, self.stopping, job):
             ids = ", ".join(f"#{r.job_id}" for r in self.stopping)
             return "preemption_in_progress", f"Waiting for {ids} to stop (grace period); then it starts. {message}"
-        if not self._eviction_could_help(job):
-            return reason, message
-        victims = find_victims(job, self.ledger, self.occupancy, self.evictable)
+        victims = None
+        if self._eviction_could_help(job):
+            floor = self.policy.factor * max(job.attained, self.policy.quantum)
+            victims = find_victims(job, self.ledger, self.occupancy, self.evictable, self.by_service, floor)
+        if not victims and job.gpus_per_worker >= 1 and self.ledger.within_nominal(job.department, job.gpus) and (
+                self.occupancy.free + self._reclaimable() + 1e-9 >= job.gpus):
+            # Guaranteed, and enough GPUs are free or borrowed, but scattered over nodes that hold others'
+            # guaranteed work: clear some nodes, moving what is guaranteed elsewhere.
+            victims = find_moves(job, self.ledger, self.occupancy, self.running, {r.job_id for r in self.evictable})
         if not victims:
             return reason, message
         names = []
         for victim, why in victims:
-            what = (f"{victim.department} borrows GPUs that {job.department}'s nominal guarantees" if why == "reclaim"
-                    else f"it has lower priority than #{job.job_id}")
-            self.decisions.preemptions.append(Preemption(job_id=victim.job_id, reason=why, for_job=job.job_id,
-                                                          message=f"Preempted for job #{job.job_id}: {what}."))
-            self.evictable.remove(victim)
-            self.evictable_gpus[victim.department] -= victim.gpus
-            self.stopping.append(victim)
+            self._evict(victim, why, job)
             names.append(f"#{victim.job_id} ({victim.department}, {why})")
         return "preemption_in_progress", f"Preempting {', '.join(names)} to make room; it starts when they stop."
 
+    def _evict(self, victim: RunningJob, why: str, job: PendingJob) -> None:
+        if why == "reclaim":
+            what = f"{victim.department} borrows GPUs that {job.department}'s nominal guarantees"
+        elif why == "priority":
+            what = f"it has lower priority than #{job.job_id}"
+        elif why == "move":
+            what = (f"#{job.job_id} is within {job.department}'s nominal and needs whole GPUs on the node this job "
+                    "holds; it starts again at once on other GPUs, from its last checkpoint")
+        else:
+            what = (f"it has had {victim.service(self.now) / 3600:.1f} GPU-hours of service and #{job.job_id} "
+                    f"{job.attained / 3600:.1f}; borrowed GPUs go to the less served job first")
+        self.decisions.preemptions.append(Preemption(job_id=victim.job_id, reason=why, for_job=job.job_id,
+                                                      message=f"Preempted for job #{job.job_id}: {what}."))
+        self.evictable.remove(victim)
+        self.running.remove(victim)
+        self.evictable_gpus[victim.department] -= victim.gpus
+        if self.by_service and self.now - victim.started_at >= self.policy.min_run_seconds:
+            self.by_service = [pair for pair in self.by_service if pair[1] is not victim]
+            if victim.service(self.now) >= self.policy.factor * self.policy.quantum:
+                self.service_gpus -= victim.gpus
+        self.stopping.append(victim)
+
+    def _reclaimable(self) -> float:
+        return sum(min(gpus, self.ledger.borrowed(department)) for department, gpus in self.evictable_gpus.items())
+
     def _eviction_could_help(self, job: PendingJob) -> bool:
         """A cheap upper bound: could evicting every candidate free enough GPUs at all?"""
-        gain = self.evictable_gpus[job.department]  # own lower-priority work (an over-estimate)
+        gain = self.evictable_gpus[job.department] + self.service_gpus  # own lower-priority work, long-served work (over-estimates)
         if self.ledger.within_nominal(job.department, job.gpus):
             gain += sum(gpus for department, gpus in self.evictable_gpus.items()
                         if department != job.department and self.ledger.borrowed(department) > 0)

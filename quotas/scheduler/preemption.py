@@ -4,10 +4,16 @@
   from departments that borrow, evicting only their preemptible workloads and
   only while such a department is still over its nominal (as Kueue does);
 - priority: a job may evict lower-priority preemptible workloads of its own
-  department.
-Victims are tried lowest priority first, most recently started first, and the
-set is then trimmed to the fewest that still make room. Non-preemptible
-workloads, and those younger than the minimum runtime, are never chosen.
+  department;
+- service (least attained service, ``ServicePolicy``): a job may evict a
+  workload of no higher priority that has had far more GPU-seconds of service,
+  if that workload's department stays at or above its nominal without it (or
+  is the job's own): borrowed GPUs go round so that short jobs do not queue
+  behind long ones, and guarantees are never touched.
+Reclaim and priority victims are tried lowest priority first, most recently
+started first; service victims most service first. The set is then trimmed to
+the fewest that still make room. Non-preemptible workloads, and those younger
+than the minimum runtime, are never chosen.
 """
 
 from __future__ import annotations
@@ -51,21 +57,34 @@ def fits_without(ledger: Ledger, occupancy: Occupancy, stopped, job: PendingJob)
 
 def find_victims(
     job: PendingJob, ledger: Ledger, occupancy: Occupancy, evictable: list[RunningJob],
+    by_service: list[tuple[float, RunningJob]] = (), service_floor: float = float("inf"),
 ) -> list[tuple[RunningJob, str]] | None:
     """The fewest (victim, reason) pairs whose eviction lets ``job`` in, or None if no eviction can.
 
     ``evictable``: preemptible, old-enough workloads not already stopping, in eviction order.
+    ``by_service``: (GPU-seconds of service, workload) of those that ran long enough in this run to
+    be evicted for less-served jobs, most service first; only those with at least ``service_floor``
+    are candidates.
     """
     within = ledger.within_nominal(job.department, job.gpus)
     reclaim = ((r, "reclaim") for r in evictable if within and r.department != job.department)
     priority = ((r, "priority") for r in evictable if r.department == job.department and r.priority < job.priority)
-    candidates = itertools.chain(reclaim, priority)
+    service = ((r, "service") for _, r in itertools.takewhile(lambda pair: pair[0] >= service_floor, by_service)
+               if r.priority <= job.priority)
+    candidates = itertools.chain(reclaim, priority, service)
     removed: list[tuple[RunningJob, str]] = []
+    seen: set[int] = set()
     enough = False
     try:
         for victim, reason in itertools.islice(candidates, SEARCH_LIMIT):
+            if victim.job_id in seen:
+                continue
             if reason == "reclaim" and ledger.borrowed(victim.department) <= 1e-9:
                 continue  # that department is back within its nominal: the rest of its jobs are guaranteed
+            if (reason == "service" and victim.department != job.department
+                    and ledger.usage[victim.department] - victim.gpus < ledger.nominal(victim.department) - 1e-9):
+                continue  # it would take that department below its guarantee
+            seen.add(victim.job_id)
             occupancy.release(victim.slots)
             ledger.remove(victim.department, victim.gpus)
             removed.append((victim, reason))

@@ -62,6 +62,11 @@ class RunningJob:
     started_at: float  # admission time
     deadline: float | None = None  # when its max runtime ends it; None if unbounded
     terminating: bool = False  # already asked to stop (preemption or cancel in its grace period)
+    attained: float = 0.0  # GPU-seconds of service in earlier runs (before it was last preempted)
+
+    def service(self, now: float) -> float:
+        """GPU-seconds of service so far, this run included."""
+        return self.attained + self.gpus * max(0.0, now - self.started_at)
 
 
 @dataclass(frozen=True)
@@ -78,10 +83,30 @@ class PendingJob:
     # Evictions were started for this job in an earlier cycle: it goes first, so that no other job
     # takes the GPUs being freed for it (which would start the evictions over and over).
     nominated: bool = False
+    attained: float = 0.0  # GPU-seconds of service in earlier runs (it was preempted)
 
     @property
     def gpus(self) -> float:
         return self.workers * self.gpus_per_worker
+
+
+@dataclass(frozen=True)
+class ServicePolicy:
+    """Least-attained-service sharing of borrowed GPUs (Tiresias' 2D-LAS, inside quotas).
+
+    A waiting job may evict a preemptible workload of no higher priority that has had at least
+    ``factor`` times its own service (and at least ``quantum`` GPU-seconds), has run at least
+    ``min_run_seconds`` since it last started, and whose department stays at or above its nominal
+    quota without it (or is the waiting job's own department). Within a department, jobs that have
+    had ``quantum`` GPU-seconds of service already wait behind fresh ones of the same priority.
+    ``enabled=False`` turns both off (priority order, then submit time, and only reclaim and
+    priority preemption).
+    """
+
+    enabled: bool = True
+    quantum: float = 4 * 3600.0
+    factor: float = 2.0
+    min_run_seconds: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +116,8 @@ class Snapshot:
     running: tuple[RunningJob, ...] = ()
     quotas: tuple[QuotaState, ...] = ()
     fifo: dict[str, str] = field(default_factory=dict)  # department -> strict | best_effort (default)
+    service: ServicePolicy = ServicePolicy()
+    explain: bool = True  # False: decisions only, no messages or estimated starts (simulations)
 
 
 @dataclass(frozen=True)
@@ -103,7 +130,7 @@ class Admission:
 @dataclass(frozen=True)
 class Preemption:
     job_id: int
-    reason: str  # reclaim | priority
+    reason: str  # reclaim | priority | service
     message: str
     for_job: int
 

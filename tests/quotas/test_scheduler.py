@@ -3,8 +3,10 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pytest
+
 from quotas.scheduler import (
-    STRICT_FIFO, PendingJob, PoolState, QuotaState, RunningJob, Slot, Snapshot, schedule,
+    STRICT_FIFO, PendingJob, PoolState, QuotaState, RunningJob, ServicePolicy, Slot, Snapshot, schedule,
 )
 
 NOW = 10_000.0
@@ -24,15 +26,19 @@ def quota(dept, nominal, borrowing=None, lending=None):
     return QuotaState(department=dept, pool_id=1, nominal=nominal, borrowing_limit=borrowing, lending_limit=lending)
 
 
-def pending(job_id, dept="vision", gpus=1.0, workers=1, priority=500, at=None, runtime=3600.0, preemptible=True):
+def pending(job_id, dept="vision", gpus=1.0, workers=1, priority=500, at=None, runtime=3600.0, preemptible=True,
+            attained=0.0):
     return PendingJob(job_id=job_id, pool_id=1, department=dept, priority=priority, submitted_at=at or job_id,
-                      workers=workers, gpus_per_worker=gpus, max_runtime=runtime, preemptible=preemptible)
+                      workers=workers, gpus_per_worker=gpus, max_runtime=runtime, preemptible=preemptible,
+                      attained=attained)
 
 
-def running(job_id, dept, gpus_list, node="n0", priority=500, preemptible=True, started=NOW - 3600, deadline=None):
+def running(job_id, dept, gpus_list, node="n0", priority=500, preemptible=True, started=NOW - 3600, deadline=None,
+            attained=0.0):
     slots = tuple(Slot(worker=i, node=node, gpus=tuple(g)) for i, g in enumerate(gpus_list))
     return RunningJob(job_id=job_id, pool_id=1, department=dept, priority=priority, preemptible=preemptible,
-                      gpus=float(sum(len(g) for g in gpus_list)), slots=slots, started_at=started, deadline=deadline)
+                      gpus=float(sum(len(g) for g in gpus_list)), slots=slots, started_at=started, deadline=deadline,
+                      attained=attained)
 
 
 def cycle(pending_jobs, running_jobs=(), quotas=(quota("vision", 4), quota("nlp", 4)), **kw):
@@ -258,3 +264,70 @@ def test_nothing_takes_the_gpus_being_freed_for_a_job():
                            gpus_per_worker=2, preemptible=True, nominated=True)
     second = cycle([pending(3, "nlp", gpus=8, priority=1000), nominated], quotas=(quota("vision", 4), quota("nlp", 4)))
     assert admitted(second)[0] == 1
+
+
+HOUR = 3600.0
+# Least attained service, on one 8-GPU node: vision (nominal 2) runs #9 within its nominal and #10 on borrowed
+# GPUs; nlp (nominal 2) runs #11 on 4 GPUs and wants 2 more, beyond its nominal, for job #1 (default policy:
+# quantum 4 GPU-hours, factor 2, minimum run 30 minutes).
+SHARING = (quota("vision", 2), quota("nlp", 2), quota("ops", 4))
+
+
+def sharing(served=100 * HOUR, started=NOW - HOUR, priority=500, waiting_attained=0.0, keep=True, **kw):
+    runs = [running(10, "vision", [[2, 3]], started=started, priority=priority, attained=served),
+            running(11, "nlp", [[4, 5, 6, 7]])]
+    if keep:
+        runs.append(running(9, "vision", [[0, 1]]))
+    return cycle([pending(1, "nlp", gpus=2, attained=waiting_attained)], runs, quotas=SHARING, **kw)
+
+
+@pytest.mark.parametrize("case, expected", [
+    ({}, [(10, "service")]),  # 102 GPU-hours against none: the borrowed GPUs go to the fresh job
+    ({"served": 2 * HOUR}, []),  # 4 GPU-hours in all (2 before, 2 in this run): below factor x quantum
+    ({"waiting_attained": 60 * HOUR}, []),  # not twice the waiting job's own service
+    ({"started": NOW - 600}, []),  # ran 10 minutes this time: shorter than the minimum run
+    ({"priority": 1000}, []),  # higher priority than the waiting job
+    ({"keep": False}, []),  # vision would drop below its nominal
+    ({"service": ServicePolicy(enabled=False)}, []),  # sharing turned off
+])
+def test_borrowed_gpus_go_to_the_less_served_job(case, expected):
+    d = sharing(**case)
+    assert [(p.job_id, p.reason) for p in d.preemptions] == expected
+    if expected:
+        assert reasons(d) == {1: "preemption_in_progress"}
+        assert "it has had 102.0 GPU-hours of service and #1 0.0" in d.preemptions[0].message
+
+
+def test_jobs_that_had_a_quantum_of_service_wait_behind_fresh_ones_of_the_same_priority():
+    jobs = [pending(1, gpus=4, attained=5 * HOUR), pending(2, gpus=4), pending(3, gpus=4, priority=1000, attained=50 * HOUR)]
+    d = cycle(jobs, quotas=(quota("vision", 8),))
+    assert admitted(d) == [3, 2] and reasons(d) == {1: "quota_exhausted"}
+    off = cycle(jobs, quotas=(quota("vision", 8),), service=ServicePolicy(enabled=False))
+    assert admitted(off) == [3, 1]
+
+
+def scattered(preemptible=True):
+    """nlp holds its nominal 8 as two 4-GPU jobs on two nodes; vision, idle, wants one whole 8-GPU node."""
+    runs = [running(10, "nlp", [[0, 1, 2, 3]], node="n0", preemptible=preemptible, started=NOW - 100),
+            running(11, "nlp", [[0, 1, 2, 3]], node="n1", preemptible=preemptible, started=NOW - 50)]
+    return runs, cycle([pending(1, "vision", gpus=8)], runs, quotas=(quota("vision", 8), quota("nlp", 8)),
+                       pool={"nodes": 2})
+
+
+def test_a_guaranteed_job_blocked_by_fragmentation_moves_a_guaranteed_one():
+    runs, d = scattered()
+    assert [(p.job_id, p.reason) for p in d.preemptions] == [(10, "move")]
+    assert reasons(d) == {1: "preemption_in_progress"}
+    assert "starts again at once on other GPUs" in d.preemptions[0].message
+    # next cycle: #10 has stopped; the job it made room for and #10 itself both start
+    nominated = PendingJob(job_id=1, pool_id=1, department="vision", priority=500, submitted_at=1, workers=1,
+                           gpus_per_worker=8, preemptible=True, nominated=True)
+    after = cycle([nominated, pending(10, "nlp", gpus=4)], runs[1:], quotas=(quota("vision", 8), quota("nlp", 8)),
+                  pool={"nodes": 2})
+    assert sorted(admitted(after)) == [1, 10]
+    assert {a.job_id: {s.node for s in a.slots} for a in after.admissions} == {1: {"n0"}, 10: {"n1"}}
+
+
+def test_nothing_moves_a_workload_that_cannot_be_preempted():
+    _, d = scattered(preemptible=False)
+    assert d.preemptions == [] and reasons(d) == {1: "gang_does_not_fit"}

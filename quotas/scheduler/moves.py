@@ -1,0 +1,104 @@
+"""Making room on nodes for a guaranteed job when plain reclaim cannot: evict and move.
+
+A job within its department's nominal quota must start, but its workers need
+whole GPUs on one node (or whole nodes, for gangs of full-node workers), and the
+free GPUs may be scattered over nodes that also hold other departments'
+guaranteed work. Reclaim alone then frees GPUs in the wrong places. Here we
+pick the nodes that are cheapest to clear (fewest GPUs held by work that would
+have to go, none of it non-preemptible or too young), evict what is there, and
+accept the plan only if every evicted workload that stays guaranteed (its
+department within nominal without it) can be placed again elsewhere at once:
+such a workload is *moved* (it loses the work since its last checkpoint, and
+starts again in the next cycle), a borrowed one is reclaimed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from quotas.scheduler.ledger import Ledger
+from quotas.scheduler.placement import Occupancy
+from quotas.scheduler.types import PendingJob, RunningJob
+
+NODES_TRIED = 8  # candidate node sets per waiting job and cycle
+
+
+def find_moves(
+    job: PendingJob, ledger: Ledger, occupancy: Occupancy, running: list[RunningJob], movable: set[int],
+) -> list[tuple[RunningJob, str]] | None:
+    """(victim, "reclaim" | "move") pairs that let ``job`` in with every guaranteed victim placed again, or None.
+
+    ``running``: every workload holding GPUs in the pool; ``movable``: ids of those that may be evicted.
+    """
+    if job.gpus_per_worker < 1 or not ledger.within_nominal(job.department, job.gpus):
+        return None
+    on_node: dict[str, list[RunningJob]] = defaultdict(list)
+    for run in running:
+        for node in {slot.node for slot in run.slots}:
+            on_node[node].append(run)
+    need = int(job.gpus_per_worker)
+    options = []  # (GPUs to evict, node, victims) for nodes that can be cleared enough
+    for node in occupancy.pool.nodes:
+        free = len(occupancy.whole_free[node])
+        if free >= need:
+            continue  # already usable: the problem is elsewhere (other workers, or quota)
+        holders = sorted(on_node.get(node, ()), key=lambda r: (r.gpus, -r.started_at))
+        victims, gained = [], free
+        for run in holders:
+            if gained >= need:
+                break
+            if run.job_id not in movable:
+                continue
+            victims.append(run)
+            gained += sum(len(s.gpus) for s in run.slots if s.node == node and not s.fraction)
+        if gained >= need:
+            options.append((sum(v.gpus for v in victims), node, victims))
+    if not options:
+        return None
+    options.sort(key=lambda option: option[0])
+    nodes_needed = job.workers - sum(1 for node in occupancy.pool.nodes if len(occupancy.whole_free[node]) >= need)
+    for start in range(min(NODES_TRIED, len(options))):
+        chosen: dict[int, RunningJob] = {}
+        for _, _, victims in options[start:start + max(1, nodes_needed)]:
+            chosen.update((v.job_id, v) for v in victims)
+        plan = _feasible(job, ledger, occupancy, list(chosen.values()))
+        if plan is not None:
+            return plan
+    return None
+
+
+def _feasible(job, ledger: Ledger, occupancy: Occupancy, victims: list[RunningJob]):
+    """The plan if ``job`` fits once ``victims`` stop and every guaranteed victim is placed again; state restored."""
+    for victim in victims:
+        occupancy.release(victim.slots)
+        ledger.remove(victim.department, victim.gpus)
+    placed, taken = [], []  # what to undo: slots placed, (department, GPUs) added
+    try:
+        slots = occupancy.place(job.workers, job.gpus_per_worker)
+        if slots is None or ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
+            return None
+        placed.append(slots)
+        ledger.add(job.department, job.gpus)
+        taken.append((job.department, job.gpus))
+        plan = []
+        for victim in sorted(victims, key=lambda v: -v.gpus):
+            if ledger.borrowed(victim.department) > 1e-9 or not ledger.within_nominal(victim.department, victim.gpus):
+                plan.append((victim, "reclaim"))  # its department still borrows: it waits like any borrower
+                continue
+            workers = len(victim.slots)
+            again = occupancy.place(workers, victim.gpus / workers)
+            if again is None:
+                return None
+            placed.append(again)
+            ledger.add(victim.department, victim.gpus)
+            taken.append((victim.department, victim.gpus))
+            plan.append((victim, "move"))
+        return plan
+    finally:
+        for slots in placed:
+            occupancy.release(slots)
+        for department, gpus in taken:
+            ledger.remove(department, gpus)
+        for victim in victims:
+            occupancy.retake(victim.slots)
+            ledger.add(victim.department, victim.gpus)
