@@ -22,8 +22,9 @@ Priorities come from the seed: 10% high (1000, not preemptible), 70% normal (500
 20% low (100, preemptible). Gangs above 8 GPUs take whole nodes (num_gpu / 8 workers of 8 GPUs).
 A preempted job stops at once, loses the work since its last checkpoint (every 30 simulated minutes)
 and is queued again with its original submit time. Each cycle looks at the first 64 waiting jobs
-of every department (Kueue's heads; the portal computes reasons for all of them, the replay needs
-only admissions).
+of every department (Kueue's heads), and at every waiting job that fits in its department's unused
+nominal quota wherever it stands (the portal looks at all of them; the replay, for speed, only at
+those that can start or are guaranteed to).
 
 Metrics: queue = first start - submit; JCT = finish - submit; utilization = useful GPU-seconds /
 (N x makespan); wasted = GPU-seconds lost to preemption; a guarantee violation = a job that stays
@@ -182,7 +183,10 @@ class Replay:
     def _cycle(self, now: float) -> bool:
         heads = []
         for waiting in self.pending.values():
-            heads += heapq.nsmallest(HEADS_PER_DEPARTMENT, waiting.values(), key=lambda j: (-j.priority, j.submitted, j.job_id))
+            first = heapq.nsmallest(HEADS_PER_DEPARTMENT, waiting.values(), key=lambda j: (-j.priority, j.submitted, j.job_id))
+            seen = {j.job_id for j in first}
+            # and every job its department is guaranteed room for now, wherever it stands in the queue
+            heads += first + [j for j in waiting.values() if j.entitled_since is not None and j.job_id not in seen]
         if not heads:
             return False
         used = {(slot.node, gpu): 1.0 for job in self.running.values() for slot in job.slots for gpu in slot.gpus}

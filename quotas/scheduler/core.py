@@ -21,8 +21,8 @@ from collections import defaultdict, deque
 from quotas.scheduler.eta import Releases, estimate_starts
 from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.moves import find_moves
-from quotas.scheduler.placement import Occupancy
-from quotas.scheduler.preemption import find_victims, fits_without
+from quotas.scheduler.placement import FULL, Occupancy
+from quotas.scheduler.preemption import find_victims
 from quotas.scheduler.types import (
     GREEDY, STRICT_FIFO, Admission, Decisions, PendingJob, PoolState, Preemption, RunningJob, Snapshot, Waiting,
 )
@@ -45,6 +45,7 @@ class _Cycle:
     def __init__(self, snapshot: Snapshot, pool: PoolState, pending, running, now: float, decisions: Decisions):
         self.pool, self.now, self.decisions, self.snapshot = pool, now, decisions, snapshot
         self.stopping = [job for job in running if job.terminating]
+        self.after_stop: Occupancy | None = None  # the occupancy once every stopping job is gone (made when needed)
         self.running = [job for job in running if not job.terminating]
         # Who may be evicted, in eviction order (lowest priority, most recently started first), sorted once per cycle.
         self.evictable = sorted(
@@ -75,8 +76,11 @@ class _Cycle:
         for job in running:
             self.releases.book(job.deadline, job.gpus)
         queues: dict[str, list[PendingJob]] = defaultdict(list)
+        self.nominated = []
         for job in pending:
             queues[job.department].append(job)
+            if job.nominated:
+                self.nominated.append(job)
         self.by_id = {job.job_id: job for job in pending}
         quantum = policy.quantum if policy.enabled else float("inf")
         self.queues = {
@@ -89,7 +93,10 @@ class _Cycle:
         self.head_reasons: dict[str, str] = {}
 
     def run(self) -> None:
-        for job in sorted((j for j in self.by_id.values() if j.nominated), key=lambda j: (-j.priority, j.submitted_at)):
+        # Guaranteed ones first: GPUs freed for a borrower must not keep a guaranteed job waiting (they would
+        # evict each other's department in turn, for ever).
+        within = self.ledger.within_nominal
+        for job in sorted(self.nominated, key=lambda j: (not within(j.department, j.gpus), -j.priority, j.submitted_at)):
             self.queues[job.department].remove(job)
             if job.department in self.heads:
                 self._behind_blocked_head(job)
@@ -100,6 +107,11 @@ class _Cycle:
         heapq.heapify(turns)
         while turns:
             *_, department = heapq.heappop(turns)
+            if department in self.heads and self.occupancy.free_hundredths <= 0 and not self.snapshot.explain:
+                # Nothing is free and nothing frees up within a cycle: the rest of this queue waits as it is
+                # (positions then group by department, which a simulation does not need).
+                self._all_behind_head(department)
+                continue
             job = self.queues[department].popleft()
             if department in self.heads:
                 self._behind_blocked_head(job)
@@ -122,6 +134,8 @@ class _Cycle:
         return (self.ledger.share(department), -head.priority, head.submitted_at, department)
 
     def _admit_if_fits(self, job: PendingJob) -> bool:
+        if job.gpus * FULL > self.occupancy.free_hundredths + 1e-6:
+            return False
         if self.ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
             return False
         slots = self.occupancy.place(job.workers, job.gpus_per_worker)
@@ -129,6 +143,8 @@ class _Cycle:
             return False
         borrowed = max(0.0, self.ledger.usage[job.department] + job.gpus - self.ledger.nominal(job.department))
         self.ledger.add(job.department, job.gpus)
+        if self.after_stop is not None:
+            self.after_stop.retake(slots)
         end = self.now + job.max_runtime if job.max_runtime else None
         self.releases.book(end, job.gpus)
         for head in self.heads.values():  # what is booked at each blocked head's shadow time
@@ -137,11 +153,13 @@ class _Cycle:
         self.decisions.admissions.append(Admission(job_id=job.job_id, slots=tuple(slots), borrowed=min(borrowed, job.gpus)))
         return True
 
-    def _try(self, job: PendingJob) -> None:
+    def _try(self, job: PendingJob, head: bool = True) -> None:
         if self._admit_if_fits(job):
             return
         reason, message = self._make_room(job, *self._why(job))
         self.waiting.append((job.job_id, reason, message))
+        if not head:
+            return
         self.head_reasons[job.department] = reason
         shadow = None if reason in ("borrowing_limit", "quota_exhausted") else self.releases.first_free(job.gpus)
         self.heads[job.department] = [job, shadow, self.releases.in_use_at(shadow) if shadow is not None else 0.0]
@@ -149,6 +167,13 @@ class _Cycle:
     def _behind_blocked_head(self, job: PendingJob) -> None:
         head, shadow, at_shadow = self.heads[job.department]
         mode = self.snapshot.fifo.get(job.department)
+        within = self.ledger.within_nominal
+        if mode != STRICT_FIFO and within(job.department, job.gpus) and (
+                within(job.department, job.gpus + head.gpus) or not within(head.department, head.gpus)):
+            # Guaranteed, and the head is not (or both are, together): it does not wait behind the head,
+            # and may reclaim like a head.
+            self._try(job, head=False)
+            return
         # While GPUs are being freed for the head, nothing of its department may take them.
         strict = mode == STRICT_FIFO or self.head_reasons[job.department] == "preemption_in_progress"
         if mode == GREEDY and not strict and self._admit_if_fits(job):
@@ -159,11 +184,19 @@ class _Cycle:
             # The head waits to borrow, or for GPUs with no known release: a job its department is
             # guaranteed right now does not wait behind it.
             return
+        if not self.snapshot.explain:
+            self.waiting.append((job.job_id, "lower_in_queue", ""))
+            return
         self.waiting.append((
             job.job_id, "lower_in_queue",
             f"Waiting behind job #{head.job_id}, first in {job.department}'s {self.pool.name} queue"
             + (" (strict FIFO)." if strict else "; running it now would delay that job."),
         ))
+
+    def _all_behind_head(self, department: str) -> None:
+        queue = self.queues[department]
+        self.waiting.extend((job.job_id, "lower_in_queue", "") for job in queue)
+        queue.clear()
 
     def _backfill_safe(self, job: PendingJob, head: PendingJob, shadow: float, at_shadow: float) -> bool:
         """EASY backfilling: done before the head's estimated start, or using GPUs the head will not need then."""
@@ -191,7 +224,7 @@ class _Cycle:
         )
 
     def _make_room(self, job: PendingJob, reason: str, message: str) -> tuple[str, str]:
-        if self.stopping and fits_without(self.ledger, self.occupancy, self.stopping, job):
+        if self.stopping and self._fits_once_stopped(job):
             ids = ", ".join(f"#{r.job_id}" for r in self.stopping)
             return "preemption_in_progress", f"Waiting for {ids} to stop (grace period); then it starts. {message}"
         victims = None
@@ -224,14 +257,35 @@ class _Cycle:
                     f"{job.attained / 3600:.1f}; borrowed GPUs go to the less served job first")
         self.decisions.preemptions.append(Preemption(job_id=victim.job_id, reason=why, for_job=job.job_id,
                                                       message=f"Preempted for job #{job.job_id}: {what}."))
-        self.evictable.remove(victim)
-        self.running.remove(victim)
+        # by identity: comparing frozen dataclasses field by field made this the slowest step of a cycle
+        self.evictable = [r for r in self.evictable if r is not victim]
+        self.running = [r for r in self.running if r is not victim]
         self.evictable_gpus[victim.department] -= victim.gpus
         if self.by_service and self.now - victim.started_at >= self.policy.min_run_seconds:
             self.by_service = [pair for pair in self.by_service if pair[1] is not victim]
             if victim.service(self.now) >= self.policy.factor * self.policy.quantum:
                 self.service_gpus -= victim.gpus
         self.stopping.append(victim)
+        if self.after_stop is not None:
+            self.after_stop.release(victim.slots)
+
+    def _fits_once_stopped(self, job: PendingJob) -> bool:
+        """Would ``job`` fit once the stopping jobs are gone? Their GPUs are released once, not per question."""
+        if self.after_stop is None:
+            self.after_stop = self.occupancy.copy()
+            for stopping in self.stopping:
+                self.after_stop.release(stopping.slots)
+        if job.gpus > self.after_stop.free + 1e-9:
+            return False
+        for stopping in self.stopping:
+            self.ledger.remove(stopping.department, stopping.gpus)
+        try:
+            if self.ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
+                return False
+        finally:
+            for stopping in self.stopping:
+                self.ledger.add(stopping.department, stopping.gpus)
+        return self.after_stop.fits(job.workers, job.gpus_per_worker)
 
     def _reclaimable(self) -> float:
         return sum(min(gpus, self.ledger.borrowed(department)) for department, gpus in self.evictable_gpus.items())

@@ -33,11 +33,15 @@ class Ledger:
         return max(0.0, self.usage[department] - self.nominal(department))
 
     def share(self, department: str) -> float:
-        """Used fraction of nominal: who is furthest below its guarantee goes first."""
+        """Used fraction of nominal (plus weighted recent usage): who is furthest below its guarantee goes first."""
         nominal = self.nominal(department)
+        used = self.usage[department]
+        if self.pool.usage_weight:
+            quota = self.quota.get(department)
+            used += self.pool.usage_weight * (quota.recent_usage if quota else 0.0)
         if nominal <= 0:
-            return float("inf") if self.usage[department] > 0 else 1e9
-        return self.usage[department] / nominal
+            return float("inf") if used > 0 else 1e9
+        return used / nominal
 
     def within_nominal(self, department: str, gpus: float) -> bool:
         return self.usage[department] + gpus <= self.nominal(department) + EPSILON

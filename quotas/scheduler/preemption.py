@@ -19,7 +19,6 @@ than the minimum runtime, are never chosen.
 from __future__ import annotations
 
 import itertools
-from contextlib import contextmanager
 
 from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.placement import Occupancy
@@ -34,25 +33,6 @@ SEARCH_LIMIT = 64
 def fits(ledger: Ledger, occupancy: Occupancy, job: PendingJob) -> bool:
     return (ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is None
             and occupancy.fits(job.workers, job.gpus_per_worker))
-
-
-@contextmanager
-def without(ledger: Ledger, occupancy: Occupancy, jobs):
-    """The quota ledger and the occupancy as if ``jobs`` had stopped, restored afterwards (no copies)."""
-    for job in jobs:
-        occupancy.release(job.slots)
-        ledger.remove(job.department, job.gpus)
-    try:
-        yield
-    finally:
-        for job in jobs:
-            occupancy.retake(job.slots)
-            ledger.add(job.department, job.gpus)
-
-
-def fits_without(ledger: Ledger, occupancy: Occupancy, stopped, job: PendingJob) -> bool:
-    with without(ledger, occupancy, stopped):
-        return fits(ledger, occupancy, job)
 
 
 def find_victims(

@@ -33,6 +33,9 @@ class PoolState:
     # (node, gpu index) -> share of that GPU in use (1.0 = the whole GPU)
     used: dict[tuple[str, int], float] = field(default_factory=dict)
     min_runtime_seconds: float = 0  # a workload may not be preempted before it ran this long
+    # Fair share weighs recent usage this much: a department's share is
+    # (GPUs in use + usage_weight x recent_usage) / nominal. 0 = only what runs now counts.
+    usage_weight: float = 0.0
 
     @property
     def total(self) -> int:
@@ -48,6 +51,7 @@ class QuotaState:
     nominal: float
     borrowing_limit: float | None = None  # None: may borrow any idle GPU
     lending_limit: float | None = None  # None: lends all of its unused nominal
+    recent_usage: float = 0.0  # GPUs used on average recently, decayed (see PoolState.usage_weight)
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,14 @@ from quotas.scheduler import (
 NOW = 10_000.0
 
 
-def pool(nodes=1, gpus=8, shareable=True, running=(), min_runtime=0):
+def pool(nodes=1, gpus=8, shareable=True, running=(), min_runtime=0, usage_weight=0.0):
     used = {}
     for job in running:
         for slot in job.slots:
             for gpu in slot.gpus:
                 used[(slot.node, gpu)] = used.get((slot.node, gpu), 0) + (slot.fraction or 1.0)
     return PoolState(pool_id=1, name="local/sim", nodes=tuple(f"n{i}" for i in range(nodes)), gpus_per_node=gpus,
-                     shareable=shareable, used=used, min_runtime_seconds=min_runtime)
+                     shareable=shareable, used=used, min_runtime_seconds=min_runtime, usage_weight=usage_weight)
 
 
 def quota(dept, nominal, borrowing=None, lending=None):
@@ -257,8 +257,11 @@ def test_a_job_within_nominal_does_not_wait_behind_a_head_that_must_borrow():
 
 def test_nothing_takes_the_gpus_being_freed_for_a_job():
     borrowers = [running(10, "nlp", [[0, 1, 2, 3, 4, 5, 6, 7]], priority=100)]
-    first = cycle([pending(1, "vision", gpus=2, priority=1000), pending(2, "vision", gpus=1)], borrowers)
+    first = cycle([pending(1, "vision", gpus=2, priority=1000), pending(2, "vision", gpus=3)], borrowers)
     assert reasons(first) == {1: "preemption_in_progress", 2: "lower_in_queue"}  # #2 may not slip in
+    # a job guaranteed even once the head runs does not wait behind it: it waits for the same evictions
+    both = cycle([pending(1, "vision", gpus=2, priority=1000), pending(2, "vision", gpus=1)], borrowers)
+    assert reasons(both) == {1: "preemption_in_progress", 2: "preemption_in_progress"} and admitted(both) == []
     # next cycle: the borrower stopped; the job evictions were started for goes first, before fair share
     nominated = PendingJob(job_id=1, pool_id=1, department="vision", priority=1000, submitted_at=5, workers=1,
                            gpus_per_worker=2, preemptible=True, nominated=True)
@@ -331,3 +334,22 @@ def test_a_guaranteed_job_blocked_by_fragmentation_moves_a_guaranteed_one():
 def test_nothing_moves_a_workload_that_cannot_be_preempted():
     _, d = scattered(preemptible=False)
     assert d.preemptions == [] and reasons(d) == {1: "gang_does_not_fit"}
+
+
+def test_a_guaranteed_job_goes_before_a_borrower_that_gpus_were_also_freed_for():
+    # both had evictions started for them; only one fits. Letting the borrower in first would make the
+    # guaranteed job evict it again, and so on for ever.
+    def nominated(job_id, dept, gpus):
+        return PendingJob(job_id=job_id, pool_id=1, department=dept, priority=500, submitted_at=job_id, workers=1,
+                          gpus_per_worker=gpus, preemptible=True, nominated=True)
+    own = [running(10, "nlp", [[0, 1, 2, 3]])]
+    d = cycle([nominated(1, "nlp", 4), nominated(2, "vision", 4)], own)
+    assert admitted(d) == [2]
+
+
+def test_fair_share_can_weigh_recent_usage():
+    quotas = (QuotaState(department="vision", pool_id=1, nominal=4, recent_usage=4.0),
+              QuotaState(department="nlp", pool_id=1, nominal=4, recent_usage=0.0))
+    jobs = [pending(1, "vision", gpus=8), pending(2, "nlp", gpus=8)]
+    assert admitted(cycle(jobs, quotas=quotas)) == [1]  # now-only: equal shares, the earlier job goes first
+    assert admitted(cycle(jobs, quotas=quotas, pool={"usage_weight": 0.5})) == [2]  # vision used its share lately
