@@ -44,6 +44,7 @@ def _settings_from_env():
         "throttle_user": env.rate("PORTAL_THROTTLE_USER", "3000/minute"),
         "log_level": env.str("PORTAL_LOG_LEVEL", "INFO").upper(),
         "reconcile_seconds": env.int("PORTAL_RECONCILE_SECONDS", 2, minimum=1, maximum=3600),
+        "tensorboard_idle_seconds": env.int("PORTAL_TENSORBOARD_IDLE_SECONDS", 1800, minimum=60, maximum=7 * 86400),
     }
 
 
@@ -62,6 +63,8 @@ if _s["log_level"] not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
 
 PORTAL_DATA_ROOT = _s["data_root"]
 PORTAL_PORT = _s["port"]
+# A TensorBoard nobody has opened for this long is stopped (jobs.tasks.reconcile_tensorboards).
+PORTAL_TENSORBOARD_IDLE_SECONDS = _s["tensorboard_idle_seconds"]
 REDIS_URL = _s["redis_url"]
 SECRET_KEY = _s["secret_key"]
 DEBUG = _s["debug"]
@@ -77,7 +80,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -147,7 +149,7 @@ else:
     # kombu's filesystem transport: a real broker between processes of one
     # machine, with nothing to install or start.
     _broker_dir = PORTAL_DATA_ROOT / "broker"
-    for _sub in ("queue", "processed"):
+    for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://localhost/"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -155,6 +157,8 @@ else:
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
+        # broadcast (pidbox) exchanges; kombu's default is a folder "control" in the working directory
+        "control_folder": str(_broker_dir / "control"),
         # The transport polls its folder; a short interval keeps job starts quick.
         "polling_interval": 0.1,
     }
@@ -186,6 +190,8 @@ CELERY_TIMEZONE = "UTC"
 # what now fits. Submits, endings and cancels also trigger a cycle at once.
 CELERY_BEAT_SCHEDULE = {
     "reconcile-jobs": {"task": "jobs.tasks.reconcile_jobs", "schedule": float(_s["reconcile_seconds"])},
+    # Stop TensorBoards nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS; show jobs' new runs on the others.
+    "reconcile-tensorboards": {"task": "jobs.tasks.reconcile_tensorboards", "schedule": 60.0},
 }
 
 # --- Auth, i18n, static ------------------------------------------------------
@@ -223,7 +229,7 @@ X_FRAME_OPTIONS = "SAMEORIGIN"
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header makes anonymous calls 401, not 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "quotas.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -252,4 +258,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": _s["log_level"]},
+    # httpx logs every request at INFO: the TensorBoard proxy makes many.
+    "loggers": {"httpx": {"level": "WARNING"}},
 }

@@ -16,5 +16,6 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),
     path("i18n/", include("django.conf.urls.i18n")),
+    path("tensorboard/", include("jobs.proxy")),
     path("", include("frontend.urls")),
 ]

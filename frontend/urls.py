@@ -1,5 +1,5 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from frontend import views
 
@@ -7,4 +7,13 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("console/", include("frontend.urls_console")),
+    path("jobs/", views.job_list, name="job-list"),
+    path("jobs/new/", views.job_new, name="job-new"),
+    path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
+    path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path("queue/", views.queue, name="queue"),
+    path("clusters/", views.cluster_list, name="cluster-list"),
+    path("clusters/<slug:name>/", views.cluster_detail, name="cluster-detail"),
+    path("tokens/", include("frontend.tokens")),
 ]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from django.db.models import Q, QuerySet
 
@@ -45,3 +46,35 @@ def job_events(*, job: Job) -> QuerySet[JobEvent]:
 
 def log_tail(lines: Iterator[str], count: int) -> list[str]:
     return list(deque(lines, maxlen=count))
+
+
+@dataclass(frozen=True)
+class GpuSlice:
+    """A job's share of one GPU; ``job`` is None when the job belongs to a department the user may not see."""
+
+    fraction: float
+    job: Job | None
+
+
+@dataclass(frozen=True)
+class GpuCell:
+    index: int
+    slices: tuple[GpuSlice, ...]
+
+
+def gpu_map(*, user, cluster) -> dict[int, list[tuple[str, list[GpuCell]]]]:
+    """pool id -> [(node, [GpuCell per GPU index])]: which job (of which department) holds each GPU of the cluster."""
+    held: dict[tuple[int, str, int], list[GpuSlice]] = defaultdict(list)
+    holding = Job.objects.filter(cluster=cluster, status__in=lifecycle.HOLDS_GPUS).select_related("department", "submitted_by")
+    for job in holding:
+        shown = job if permissions.can_view(user, job) else None
+        for slot in job.placement:
+            for gpu in slot["gpus"]:
+                held[(job.pool_id, slot["node"], gpu)].append(GpuSlice(fraction=slot.get("gpu_fraction") or 1.0, job=shown))
+    return {
+        pool.pk: [
+            (node, [GpuCell(index=gpu, slices=tuple(held[(pool.pk, node, gpu)])) for gpu in range(pool.gpus_per_node)])
+            for node in pool.node_names
+        ]
+        for pool in cluster.pools.all()
+    }

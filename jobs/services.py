@@ -17,7 +17,7 @@ from django.utils import timezone
 from config.celery import TransientError
 from config.celery import app as celery_app
 from config.errors import Conflict
-from jobs import lifecycle
+from jobs import lifecycle, live
 from jobs.executors.base import (
     CANCELLED, FAILED, LOST, RUNNING, STARTING, SUCCEEDED, Executor, ExecutorError, JobSpec, Mount, ObservedState,
     Placement, WorkerPlacement,
@@ -111,6 +111,7 @@ def job_cancel(*, user, job: Job) -> Job:
         job.cancel_requested_at = timezone.now()
         job.status_message = f"Cancelling (by {user.username}): workers get SIGTERM and {grace} s to finish."
         Job.objects.filter(pk=job.pk).update(cancel_requested_at=job.cancel_requested_at, status_message=job.status_message)
+        live.job_changed(job=job)
         job_id = job.pk
         transaction.on_commit(lambda: celery_app.send_task("jobs.tasks.cancel_job", args=[job_id]))
     return job

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from jobs import services
+from jobs import boards, services
 
 
 @shared_task
@@ -18,3 +18,8 @@ def cancel_job(job_id: int) -> None:
 @shared_task(expires=30)
 def reconcile_jobs() -> None:
     services.jobs_reconcile()
+
+
+@shared_task(expires=60)
+def reconcile_tensorboards() -> None:
+    boards.boards_reconcile()

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from jobs import lifecycle
+from jobs import lifecycle, live
 from jobs.models import Job, JobEvent
 
 
@@ -34,7 +34,7 @@ def job_transition(*, job: Job, to: str, reason: str = "", message: str = "", no
     if updated != 1:
         raise StaleJob(f"job {job.pk} is no longer {job.status}")
     previous = job.status
-    JobEvent.objects.bulk_create(
+    events = JobEvent.objects.bulk_create(
         JobEvent(
             job=job, time=now, from_status=before, to_status=after,
             reason=reason if after == to else "", message=message if after == to else "",
@@ -44,8 +44,12 @@ def job_transition(*, job: Job, to: str, reason: str = "", message: str = "", no
     job.status = to
     for name, value in fields.items():
         setattr(job, name, value)
+    live.job_changed(job=job, events=events)
     return job
 
 
 def job_created_event(*, job: Job, message: str = "") -> None:
-    JobEvent.objects.create(job=job, time=job.created_at, from_status="", to_status=job.status, reason="submitted", message=message)
+    event = JobEvent.objects.create(
+        job=job, time=job.created_at, from_status="", to_status=job.status, reason="submitted", message=message
+    )
+    live.job_changed(job=job, events=[event])

@@ -10,4 +10,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/events/", api.JobEventsApi.as_view(), name="api-job-events"),
     path("jobs/<int:job_id>/logs/", api.JobLogsApi.as_view(), name="api-job-logs"),
     path("queue/", api.QueueApi.as_view(), name="api-queue"),
+    path("jobs/<int:job_id>/tensorboard/", api.JobTensorBoardApi.as_view(), name="api-job-tensorboard"),
+    path("tensorboards/", api.TensorBoardListApi.as_view(), name="api-tensorboards"),
+    path("tensorboards/<int:board_id>/", api.TensorBoardDetailApi.as_view(), name="api-tensorboard"),
 ]

@@ -1,20 +1,32 @@
 """REST endpoints for identity and tenancy (API.md "Identity and tenancy"). Thin: look up, check, call."""
 
+import csv
+import io
+
 from django.contrib.auth import authenticate
 from django.http import Http404
-from drf_spectacular.utils import extend_schema
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, serializers, status
-from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import AllowAny
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from quotas import permissions, selectors, services
+from quotas import permissions, selectors, services, tokens
+from quotas.models import ApiToken
 
 
 class TokenApi(APIView):
-    """Create, or return the existing, personal API token of a user."""
+    """Sign in with a username and password and get a new personal API token (named "api").
+
+    Keys are stored hashed, so an existing key cannot be returned again: every call issues a new key, and
+    the keys of earlier calls keep working until revoked (`GET /api/v1/tokens/`, `DELETE /api/v1/tokens/<id>/`,
+    or the API tokens page in the browser).
+    """
 
     permission_classes = [AllowAny]
     authentication_classes: list = []
@@ -34,8 +46,8 @@ class TokenApi(APIView):
         if user is None:
             # One message for any wrong part, so callers cannot probe usernames.
             raise serializers.ValidationError({"non_field_errors": ["Unable to sign in with that username and password."]})
-        token, _ = Token.objects.get_or_create(user=user)
-        return Response({"token": token.key})
+        _, key = tokens.token_create(user=user, name="api")
+        return Response({"token": key})
 
 
 class MembershipOutput(serializers.Serializer):
@@ -282,3 +294,124 @@ class AuditListApi(generics.ListAPIView):
 
     def get_queryset(self):
         return selectors.audit_events_for(user=self.request.user)
+
+
+USAGE_COLUMNS = {"day": ["day"], "user": ["user"], "gpu_type": ["cluster", "gpu_type"]}
+
+
+class UsageCsvRenderer(BaseRenderer):
+    """The usage report's rows as CSV with a header row (``?format=csv``)."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        rows = data.get("rows", [])
+        columns = ["department", *USAGE_COLUMNS[data.get("group_by", "day")], "gpu_hours"]
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        # A cell starting with = + - @ is a formula to a spreadsheet; usernames may start with + - @.
+        writer.writerows({key: f"'{value}" if isinstance(value, str) and value[:1] in "=+-@" else value
+                          for key, value in row.items()} for row in rows)
+        return out.getvalue().encode(self.charset)
+
+
+class UsageApi(APIView):
+    """GPU-hours the caller's departments used per day, user or GPU type, from when jobs held GPUs (UTC days)."""
+
+    renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, UsageCsvRenderer]
+
+    class UsageOutputSerializer(serializers.Serializer):
+        class UsageTotalSerializer(serializers.Serializer):
+            department = serializers.CharField()
+            gpu_hours = serializers.FloatField()
+
+        from_ = serializers.DateField(help_text="First day, inclusive (UTC).")
+        to = serializers.DateField(help_text="Last day, inclusive (UTC).")
+        group_by = serializers.CharField(help_text="day, user or gpu_type")
+        gpu_hours = serializers.FloatField(help_text="Total over every row.")
+        totals = UsageTotalSerializer(many=True, help_text="GPU-hours per department, zero included.")
+        rows = serializers.ListField(
+            child=serializers.DictField(),
+            help_text='[{"department", "day" | "user" | "cluster" + "gpu_type", "gpu_hours"}]; groups without usage are left out.',
+        )
+
+        def get_fields(self):
+            # "from" is a Python keyword, so the field is declared as from_ and renamed here.
+            fields = super().get_fields()
+            return {"from": fields.pop("from_"), **fields}
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("department", str, description="A department slug; default: all of yours."),
+            OpenApiParameter("from", OpenApiTypes.DATE, description="First day (UTC), default 29 days before `to`."),
+            OpenApiParameter("to", OpenApiTypes.DATE, description="Last day (UTC), default today."),
+            OpenApiParameter("group_by", str, enum=selectors.USAGE_GROUPS, description="Default: day."),
+            OpenApiParameter("format", str, enum=["json", "csv"], description="csv: a download with a header row."),
+        ],
+        responses={(200, "application/json"): UsageOutputSerializer, (200, "text/csv"): OpenApiTypes.STR},
+    )
+    def get(self, request):
+        slug = request.query_params.get("department", "")
+        departments = [_visible_department(request, slug)] if slug else permissions.visible_departments(request.user)
+        usage = selectors.usage_get(
+            departments=departments, start=request.query_params.get("from", ""), end=request.query_params.get("to", ""),
+            group_by=request.query_params.get("group_by", "day"), now=timezone.now(),
+        )
+        body = {"from": usage.start, "to": usage.end, "group_by": usage.group_by, "gpu_hours": usage.gpu_hours,
+                "totals": usage.totals(), "rows": usage.rows()}
+        response = Response(self.UsageOutputSerializer(body).data)
+        if request.accepted_renderer.format == "csv":
+            name = f"usage-{slug or 'all'}-{usage.group_by}-{usage.start}-{usage.end}.csv"
+            response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+
+    def handle_exception(self, exc):
+        # Errors stay JSON even when CSV was asked for: a person has to read them.
+        self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), JSONRenderer.media_type
+        return super().handle_exception(exc)
+
+
+class ApiTokenOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    prefix = serializers.CharField(help_text="The first characters of the key, to tell tokens apart.")
+    created_at = serializers.DateTimeField()
+    last_used_at = serializers.DateTimeField(allow_null=True, help_text="Updated at most once a minute.")
+    expires_at = serializers.DateTimeField(allow_null=True)
+
+
+class ApiTokenListApi(generics.ListAPIView):
+    """The caller's working personal API tokens (never their keys), and creating one."""
+
+    class ApiTokenInputSerializer(serializers.Serializer):
+        name = serializers.CharField(max_length=tokens.NAME_MAX_LENGTH, help_text="What the token is for, e.g. the script using it.")
+
+    class ApiTokenCreatedSerializer(ApiTokenOutputSerializer):
+        key = serializers.CharField(help_text="The key, shown only in this response: store it now.")
+
+    serializer_class = ApiTokenOutputSerializer
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation runs without a user
+            return ApiToken.objects.none()
+        return tokens.active_tokens(user=self.request.user)
+
+    @extend_schema(request=ApiTokenInputSerializer, responses={201: ApiTokenCreatedSerializer})
+    def post(self, request):
+        data = self.ApiTokenInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        token, key = tokens.token_create(user=request.user, name=data.validated_data["name"])
+        body = {**ApiTokenOutputSerializer(token).data, "key": key}
+        return Response(self.ApiTokenCreatedSerializer(body).data, status=status.HTTP_201_CREATED)
+
+
+class ApiTokenDetailApi(APIView):
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request, token_id):
+        """Revoke one of the caller's tokens; requests with its key get 401 from now on."""
+        if tokens.token_revoke(user=request.user, token_id=token_id) is None:
+            raise Http404("No such token among yours.")
+        return Response(status=status.HTTP_204_NO_CONTENT)

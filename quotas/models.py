@@ -1,10 +1,11 @@
 """Tenancy and capacity: departments, memberships, clusters, GPU pools, quotas,
-priority classes, the framework image catalogue and department storage."""
+priority classes, the framework image catalogue, department storage and personal API tokens."""
 
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 dns_label = RegexValidator(
     r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
@@ -201,3 +202,22 @@ class AuditEvent(models.Model):
 
     def __str__(self):
         return f"{self.at:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.target}"
+
+
+class ApiToken(models.Model):
+    """A named personal API token. Only the SHA-256 hash of its key is stored; the key is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=60)
+    prefix = models.CharField(max_length=8, help_text="First characters of the key, to tell tokens apart.")
+    key_hash = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the key, hex.")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"{self.user} {self.name} ({self.prefix}...)"

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Prefetch, Q, QuerySet, Sum
+from django.utils.translation import gettext as _
 
+from config.errors import InvalidInput
 from jobs import lifecycle
-from jobs.models import Job
+from jobs.models import Job, JobEvent
 from quotas import permissions
-from quotas.models import AuditEvent, Cluster, Department, FrameworkImage, PriorityClass, Quota, Storage
+from quotas.models import (
+    AuditEvent, Cluster, Department, FrameworkImage, GpuPool, Membership, PriorityClass, Quota, Storage,
+)
 
 
 @dataclass(frozen=True)
@@ -86,9 +91,239 @@ def audit_events_for(*, user) -> QuerySet[AuditEvent]:
     return events.filter(department_id__in=managed)
 
 
+# --- Department admin console (frontend/console.py) ------------------------------------
+
+def departments_managed(*, user) -> QuerySet[Department]:
+    """Departments the user administers: platform admins all, dept_admins theirs."""
+    if permissions.is_platform_admin(user):
+        return Department.objects.all()
+    return Department.objects.filter(
+        pk__in=[dept_id for dept_id, role in permissions.roles(user).items() if role == Membership.Role.DEPT_ADMIN]
+    )
+
+
+def members_of(*, department: Department) -> QuerySet[Membership]:
+    return Membership.objects.filter(department=department).select_related("user").order_by("user__username")
+
+
+def storages_of(*, department: Department) -> QuerySet[Storage]:
+    return Storage.objects.filter(department=department).order_by("name")
+
+
+def pools_with_quotas(*, department: Department) -> list[tuple[GpuPool, Quota | None]]:
+    """Every GPU pool, with the department's quota on it if it has one (the quota form's rows)."""
+    quotas = {quota.pool_id: quota for quota in Quota.objects.filter(department=department)}
+    return [(pool, quotas.get(pool.pk)) for pool in GpuPool.objects.select_related("cluster")]
+
+
+def audit_events(*, user, department: Department | None = None, action: str = "") -> QuerySet[AuditEvent]:
+    """The audit log the user may read, narrowed to a department and an action family (``quota``, ``membership`` ...)."""
+    events = audit_events_for(user=user)
+    if department is not None:
+        events = events.filter(department=department)
+    if action:
+        events = events.filter(Q(action=action) | Q(action__startswith=f"{action}."))
+    return events
+
+
+def audit_action_families(*, user) -> list[str]:
+    """The kinds of change in the user's audit log (``job``, ``membership``, ``quota`` ...), for a filter."""
+    actions = audit_events_for(user=user).order_by().values_list("action", flat=True).distinct()
+    return sorted({action.split(".")[0] for action in actions})
+
+
+# --- Usage report (API.md "Usage and audit") ----------------------------------------
+
+USAGE_GROUPS = ("day", "user", "gpu_type")
+USAGE_DEFAULT_DAYS = 30
+USAGE_MAX_DAYS = 366
+
+
+@dataclass(frozen=True)
+class UsageSegment:
+    """GPU-seconds one job held on one UTC day."""
+
+    department: str
+    day: date
+    user: str
+    cluster: str
+    gpu_type: str
+    gpu_seconds: float
+
+
+@dataclass(frozen=True)
+class Usage:
+    start: date  # first day, inclusive (UTC)
+    end: date  # last day, inclusive (UTC)
+    group_by: str
+    departments: tuple[str, ...]
+    segments: tuple[UsageSegment, ...]
+
+    @property
+    def days(self) -> list[date]:
+        return [self.start + timedelta(days=offset) for offset in range((self.end - self.start).days + 1)]
+
+    @property
+    def gpu_hours(self) -> float:
+        return _hours(sum(segment.gpu_seconds for segment in self.segments))
+
+    def rows(self, group_by: str | None = None) -> list[dict]:
+        """GPU-hours per department and group; groups without usage are left out."""
+        group_by = group_by or self.group_by
+        fields = {"day": ("day",), "user": ("user",), "gpu_type": ("cluster", "gpu_type")}[group_by]
+        totals: dict[tuple, float] = defaultdict(float)
+        for segment in self.segments:
+            totals[(segment.department, *(getattr(segment, name) for name in fields))] += segment.gpu_seconds
+        rows = [
+            {"department": key[0], **{name: _plain(value) for name, value in zip(fields, key[1:])}, "gpu_hours": _hours(seconds)}
+            for key, seconds in totals.items()
+        ]
+        if group_by == "day":
+            return sorted(rows, key=lambda row: (row["department"], row["day"]))
+        return sorted(rows, key=lambda row: (row["department"], -row["gpu_hours"], *(row[name] for name in fields)))
+
+    def totals(self) -> list[dict]:
+        """GPU-hours per department in the period, every department asked about (zero included)."""
+        seconds: dict[str, float] = dict.fromkeys(self.departments, 0.0)
+        for segment in self.segments:
+            seconds[segment.department] += segment.gpu_seconds
+        return [{"department": slug, "gpu_hours": _hours(value)} for slug, value in sorted(seconds.items())]
+
+    def daily_series(self) -> dict[str, list[float]]:
+        """department -> GPU-hours of each day of the period (zeros included), for a chart."""
+        index = {day: position for position, day in enumerate(self.days)}
+        series = {slug: [0.0] * len(index) for slug in self.departments}
+        for segment in self.segments:
+            series[segment.department][index[segment.day]] += segment.gpu_seconds
+        return {slug: [_hours(value) for value in values] for slug, values in sorted(series.items())}
+
+
+def usage_get(*, departments, start: str = "", end: str = "", group_by: str = "day", now: datetime) -> Usage:
+    """GPU-hours the departments' jobs held between two UTC days (inclusive), from when each job held GPUs.
+
+    A job holds GPUs from admission until it leaves admitted/starting/running
+    (ends, or is preempted); its JobEvents say when. A still-running job counts
+    up to ``now``, and a run across midnight is split between the days.
+    Raises InvalidInput naming each bad parameter (``from``, ``to``, ``group_by``).
+    """
+    first, last = _usage_period(start=start, end=end, group_by=group_by, today=now.astimezone(UTC).date())
+    departments = list(departments)
+    window_start = datetime.combine(first, time.min, tzinfo=UTC)
+    window_end = min(datetime.combine(last + timedelta(days=1), time.min, tzinfo=UTC), now)
+    holding_events = JobEvent.objects.filter(
+        Q(from_status__in=lifecycle.HOLDS_GPUS) | Q(to_status__in=lifecycle.HOLDS_GPUS)
+    ).order_by("id")
+    jobs = (
+        Job.objects.filter(department__in=departments, created_at__lt=window_end)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=window_start))
+        .select_related("department", "submitted_by", "pool__cluster")
+        .prefetch_related(Prefetch("events", queryset=holding_events, to_attr="holding_events"))
+    )
+    segments = []
+    for job in jobs:
+        for held_from, held_to in _holding_intervals(job, now=now):
+            begin, finish = max(held_from, window_start), min(held_to, window_end)
+            while begin < finish:
+                midnight = datetime.combine(begin.date() + timedelta(days=1), time.min, tzinfo=UTC)
+                upto = min(midnight, finish)
+                segments.append(UsageSegment(
+                    department=job.department.slug, day=begin.date(), user=job.submitted_by.username,
+                    cluster=job.pool.cluster.name, gpu_type=job.pool.gpu_type,
+                    gpu_seconds=(upto - begin).total_seconds() * job.gpus,
+                ))
+                begin = upto
+    return Usage(start=first, end=last, group_by=group_by, departments=tuple(d.slug for d in departments),
+                 segments=tuple(segments))
+
+
+def _holding_intervals(job: Job, *, now: datetime) -> list[tuple[datetime, datetime]]:
+    """When the job held GPUs, from its events (in the order written); admitted_at/finished_at if it has none."""
+    events = job.holding_events
+    if not events:
+        if job.admitted_at is None:
+            return []
+        return [(job.admitted_at, job.finished_at or (now if job.status in lifecycle.HOLDS_GPUS else job.admitted_at))]
+    intervals, since = [], None
+    for event in events:
+        held_before, held_after = event.from_status in lifecycle.HOLDS_GPUS, event.to_status in lifecycle.HOLDS_GPUS
+        if held_after and not held_before:
+            since = event.time
+        elif held_before and not held_after and since is not None:
+            intervals.append((since, max(since, event.time)))
+            since = None
+    if since is not None:
+        intervals.append((since, max(since, now if job.status in lifecycle.HOLDS_GPUS else job.finished_at or since)))
+    return intervals
+
+
+def _usage_period(*, start: str, end: str, group_by: str, today: date) -> tuple[date, date]:
+    errors: dict[str, list[str]] = {}
+    if group_by not in USAGE_GROUPS:
+        errors["group_by"] = [_("Group by day, user or gpu_type, not %(value)r.") % {"value": group_by}]
+
+    def parse(name: str, value: str) -> date | None:
+        try:
+            return date.fromisoformat(value) if value else None
+        except ValueError:
+            errors[name] = [_("%(value)r is not a date; use YYYY-MM-DD, e.g. 2026-12-01.") % {"value": value}]
+            return None
+
+    first, last = parse("from", start), parse("to", end)
+    if not errors:
+        last = last or (today if first is None or first <= today else first)
+        first = first or last - timedelta(days=USAGE_DEFAULT_DAYS - 1)
+        if first > last:
+            errors["from"] = [_("'from' (%(first)s) is after 'to' (%(last)s).") % {"first": first, "last": last}]
+        elif (last - first).days + 1 > USAGE_MAX_DAYS:
+            errors["to"] = [_("Ask for at most %(days)d days at a time.") % {"days": USAGE_MAX_DAYS}]
+    if errors:
+        raise InvalidInput(errors)
+    return first, last
+
+
+def _hours(gpu_seconds: float) -> float:
+    return round(gpu_seconds / 3600, 6)
+
+
+def _plain(value):
+    return value.isoformat() if isinstance(value, date) else value
+
+
 def lost_gpu_seconds(*, department: Department) -> float:
     return Job.objects.filter(department=department).aggregate(total=Sum("lost_gpu_seconds"))["total"] or 0.0
 
 
 def jobs_by_id(*, ids: list[int]) -> dict[int, Job]:
     return Job.objects.select_related("department").in_bulk(ids)
+
+
+# --- Browser pages (frontend) ---------------------------------------------------------
+
+def departments_usable(*, user) -> QuerySet[Department]:
+    """Departments the user may submit into (members: their own; platform admins: all), by slug."""
+    return permissions.visible_departments(user).order_by("slug")
+
+
+def quotas_of(*, departments) -> QuerySet[Quota]:
+    """Quotas of these departments, in the order submission picks defaults (cluster name, then GPU type)."""
+    return Quota.objects.filter(department__in=departments).select_related("department", "pool__cluster").order_by(
+        "department__slug", "pool__cluster__name", "pool__gpu_type"
+    )
+
+
+def usage_of(*, departments) -> list[tuple[Department, list[tuple[Quota, PoolUsage]]]]:
+    """Per department: each quota with its live usage (the dashboard's bars)."""
+    departments = list(departments)
+    usage = pool_usage_by_department(department_ids=[department.pk for department in departments])
+    quotas: dict[int, list[Quota]] = defaultdict(list)
+    for quota in quotas_of(departments=departments):
+        quotas[quota.department_id].append(quota)
+    return [
+        (department, [(quota, usage.get((department.pk, quota.pool_id), PoolUsage())) for quota in quotas[department.pk]])
+        for department in departments
+    ]
+
+
+def cluster_get(*, name: str) -> Cluster | None:
+    """Clusters are shared: every signed-in user may see them."""
+    return clusters_with_pools().filter(name=name).first()

@@ -1,21 +1,28 @@
-"""Writes to tenancy and capacity: quotas, the audit trail, and admission (the scheduling cycle)."""
+"""Writes to tenancy and capacity: quotas, members, priority classes, storage, the audit trail,
+and admission (the scheduling cycle)."""
 
 from __future__ import annotations
 
+import math
+import re
 import secrets
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+from django.contrib.auth import get_user_model
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.db import connection, transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from config.celery import app as celery_app
 from config.errors import InvalidInput
 from jobs import lifecycle
 from jobs.models import Job
 from jobs.transitions import job_transition
-from quotas.models import AuditEvent, Department, GpuPool, Quota
+from quotas import permissions
+from quotas.models import AuditEvent, Department, GpuPool, Membership, PriorityClass, Quota, Storage
 from quotas.scheduler import (
     Admission, Decisions, PendingJob, PoolState, Preemption, QuotaState, RunningJob, Slot, Snapshot, schedule,
 )
@@ -129,6 +136,179 @@ def _quota_dicts(department: Department) -> list[dict]:
     ]
 
 
+# --- Department administration: members, priority classes, storage ------------------
+
+def _require_manager(actor, department: Department) -> None:
+    if not permissions.can_manage(actor, department):
+        raise PermissionDenied(_("Only admins of %(department)s can change it.") % {"department": department.slug})
+
+
+def _require_platform_admin(actor) -> None:
+    if not permissions.is_platform_admin(actor):
+        raise PermissionDenied(_("Only platform admins can change priority classes."))
+
+
+def _check_keeps_an_admin(*, actor, membership: Membership) -> None:
+    """A department admin may not leave a department without one; platform admins may (they manage it anyway)."""
+    if membership.role != Membership.Role.DEPT_ADMIN or permissions.is_platform_admin(actor):
+        return
+    admins = Membership.objects.select_for_update().filter(department_id=membership.department_id, role=Membership.Role.DEPT_ADMIN)
+    if admins.exclude(pk=membership.pk).count() == 0:
+        raise InvalidInput(
+            _("%(user)s is the last department admin of %(department)s; make someone else admin first.")
+            % {"user": membership.user.username, "department": membership.department.slug}
+        )
+
+
+def membership_set(*, actor, department: Department, username: str, role: str) -> Membership:
+    """Add a user to a department with a role, or change their role there."""
+    _require_manager(actor, department)
+    if role not in Membership.Role.values:
+        raise InvalidInput({"role": [_("Choose a role: %(roles)s.") % {"roles": ", ".join(Membership.Role.values)}]})
+    user = get_user_model().objects.filter(username=username.strip(), is_active=True).first()
+    if user is None:
+        raise InvalidInput({"username": [_("No active user is called %(name)r.") % {"name": username.strip()}]})
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().filter(department=department, user=user).first()
+        if membership is None:
+            membership = Membership.objects.create(department=department, user=user, role=role)
+            audit_record(actor=actor, action="membership.add", target=user.username, department=department,
+                         data={"role": role})
+        elif membership.role != role:
+            if role != Membership.Role.DEPT_ADMIN:
+                _check_keeps_an_admin(actor=actor, membership=membership)
+            before, membership.role = membership.role, role
+            membership.save(update_fields=["role"])
+            audit_record(actor=actor, action="membership.role", target=user.username, department=department,
+                         data={"before": before, "after": role})
+    permissions.forget_roles(actor)
+    return membership
+
+
+def membership_remove(*, actor, membership: Membership) -> None:
+    department = membership.department
+    _require_manager(actor, department)
+    with transaction.atomic():
+        _check_keeps_an_admin(actor=actor, membership=membership)
+        membership.delete()
+        audit_record(actor=actor, action="membership.remove", target=membership.user.username, department=department,
+                     data={"role": membership.role})
+    permissions.forget_roles(actor)
+
+
+def priority_class_create(*, actor, name: str, value: int, preemptible: bool, description: str = "") -> PriorityClass:
+    """A new priority class (platform admins)."""
+    _require_platform_admin(actor)
+    if PriorityClass.objects.filter(name=name).exists():
+        raise InvalidInput({"name": [_("There is already a priority class called %(name)r.") % {"name": name}]})
+    return _priority_class_save(actor=actor, priority=PriorityClass(name=name), value=value, preemptible=preemptible,
+                                description=description)
+
+
+def priority_class_update(*, actor, priority: PriorityClass, value: int, preemptible: bool, description: str = "") -> PriorityClass:
+    """Change a priority class (platform admins); its name stays, jobs and clients refer to it. Queues re-order at once."""
+    return _priority_class_save(actor=actor, priority=priority, value=value, preemptible=preemptible, description=description)
+
+
+def _priority_class_save(*, actor, priority: PriorityClass, value: int, preemptible: bool, description: str) -> PriorityClass:
+    _require_platform_admin(actor)
+    before = _priority_dict(priority) if priority.pk else None
+    priority.value, priority.preemptible, priority.description = value, preemptible, description
+    with transaction.atomic():
+        _full_clean(priority)
+        priority.save()
+        audit_record(actor=actor, action="priority_class.update" if before else "priority_class.create", target=priority.name,
+                     data={"before": before, "after": _priority_dict(priority)})
+    scheduling_cycle()
+    return priority
+
+
+def _priority_dict(priority: PriorityClass) -> dict:
+    return {"value": priority.value, "preemptible": priority.preemptible, "description": priority.description}
+
+
+def storage_create(*, actor, department: Department, name: str, kind: str, local_path: str = "", pvc_name: str = "",
+                   description: str = "") -> Storage:
+    _require_manager(actor, department)
+    storage = Storage(department=department, name=name)
+    with transaction.atomic():
+        _storage_apply(storage, kind=kind, local_path=local_path, pvc_name=pvc_name, description=description)
+        audit_record(actor=actor, action="storage.create", target=name, department=department, data=_storage_dict(storage))
+    return storage
+
+
+def storage_update(*, actor, storage: Storage, kind: str, local_path: str = "", pvc_name: str = "",
+                   description: str = "") -> Storage:
+    """Change where a volume points. Its name stays: jobs mount storage by name."""
+    _require_manager(actor, storage.department)
+    with transaction.atomic():
+        before = _storage_dict(storage)
+        _storage_apply(storage, kind=kind, local_path=local_path, pvc_name=pvc_name, description=description)
+        audit_record(actor=actor, action="storage.update", target=storage.name, department=storage.department,
+                     data={"before": before, "after": _storage_dict(storage)})
+    return storage
+
+
+def storage_delete(*, actor, storage: Storage) -> None:
+    """Delete a volume that no unfinished job mounts."""
+    _require_manager(actor, storage.department)
+    with transaction.atomic():
+        users = [
+            job_id for job_id, mounts in Job.objects.filter(department=storage.department)
+            .exclude(status__in=lifecycle.FINAL).values_list("pk", "mounts")
+            if any(mount.get("storage") == storage.name for mount in mounts)
+        ]
+        if users:
+            raise InvalidInput(_("Jobs %(jobs)s mount %(name)s and have not finished; delete it when they have.")
+                               % {"jobs": ", ".join(map(str, sorted(users))), "name": storage.name})
+        data = _storage_dict(storage)
+        storage.delete()
+        audit_record(actor=actor, action="storage.delete", target=data["name"], department=storage.department, data=data)
+
+
+def _storage_apply(storage: Storage, *, kind: str, local_path: str, pvc_name: str, description: str) -> None:
+    """Validate and save; a volume keeps only the location its kind uses."""
+    local_path, pvc_name = local_path.strip(), pvc_name.strip()
+    errors: dict[str, list[str]] = {}
+    if kind == Storage.Kind.LOCAL:
+        pvc_name = ""
+        if not local_path:
+            errors["local_path"] = [_("Local storage needs the absolute path of a directory on the cluster's hosts.")]
+        elif not local_path.startswith("/") or ".." in local_path.split("/") or "\x00" in local_path:
+            errors["local_path"] = [_("Give an absolute path without '..', e.g. /data/vision.")]
+    elif kind == Storage.Kind.PVC:
+        local_path = ""
+        if not _DNS_SUBDOMAIN.fullmatch(pvc_name):
+            errors["pvc_name"] = [_("Give the PersistentVolumeClaim's name: lower-case letters, digits, '-' and '.'.")]
+    storage.kind, storage.local_path, storage.pvc_name, storage.description = kind, local_path, pvc_name, description
+    try:
+        # The model's "has a location" constraint would repeat what is already said above.
+        storage.full_clean(validate_constraints=not errors)
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            errors.setdefault("non_field_errors" if field == NON_FIELD_ERRORS else field, []).extend(messages)
+    if errors:
+        raise InvalidInput(errors)
+    storage.save()
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _storage_dict(storage: Storage) -> dict:
+    return {"name": storage.name, "kind": storage.kind, "local_path": storage.local_path, "pvc_name": storage.pvc_name,
+            "description": storage.description}
+
+
+def _full_clean(instance) -> None:
+    try:
+        instance.full_clean()
+    except ValidationError as exc:
+        raise InvalidInput(
+            {("non_field_errors" if field == NON_FIELD_ERRORS else field): messages for field, messages in exc.message_dict.items()}
+        ) from exc
+
+
 # --- Admission -----------------------------------------------------------------
 
 ETA_TOLERANCE_SECONDS = 60
@@ -186,6 +366,31 @@ def _lock_cycle() -> None:
     # already lets a single writer in at a time.
 
 
+def _recent_usage(pools, now: datetime | None = None) -> dict[tuple[str, int], float]:
+    """(department, pool) -> GPUs used on average lately, each finished run's GPU-seconds decayed by its age.
+
+    Only for pools whose cluster weighs it in fair share (setting ``fair_share_usage_weight``; the
+    half-life is ``fair_share_half_life_hours``, default 24). Runs still going count through the
+    GPUs they hold now, their earlier runs here.
+    """
+    now = now or timezone.now()
+    recent: dict[tuple[str, int], float] = defaultdict(float)
+    for pool in pools:
+        settings = pool.cluster.settings
+        if not float(settings.get("fair_share_usage_weight", 0)):
+            continue
+        half_life = float(settings.get("fair_share_half_life_hours", 24)) * 3600
+        since = now - timedelta(seconds=8 * half_life)  # older runs weigh less than 0.4%
+        rows = Job.objects.filter(pool=pool, gpu_seconds__gt=0).filter(
+            Q(finished_at__gte=since) | Q(finished_at__isnull=True)
+        ).values_list("department__slug", "gpu_seconds", "finished_at")
+        for department, gpu_seconds, finished in rows:
+            age = max(0.0, (now - (finished or now)).total_seconds())
+            # a GPU-second that long ago, spread over the mean life of the decay (half-life / ln 2)
+            recent[(department, pool.pk)] += gpu_seconds * 0.5 ** (age / half_life) * math.log(2) / half_life
+    return recent
+
+
 def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None) -> tuple[Snapshot, dict[int, Job]]:
     """What the scheduler sees of the pools the queued jobs wait for; ``quotas`` replaces the stored ones (what-if)."""
     pools = {job.pool_id: job.pool for job in queued}
@@ -210,11 +415,14 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
             preemptible=job.priority.preemptible, gpus=job.gpus, slots=slots, started_at=started,
             deadline=started + job.max_runtime_seconds if job.max_runtime_seconds else None,
             terminating=bool(job.cancel_requested_at or job.preempt_requested_at),
+            attained=job.gpu_seconds,  # earlier runs; this one counts from started_at
         ))
     if quotas is None:
+        recent = _recent_usage(pools.values())
         quotas = [
             QuotaState(department=q.department.slug, pool_id=q.pool_id, nominal=q.nominal,
-                       borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit)
+                       borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit,
+                       recent_usage=recent.get((q.department.slug, q.pool_id), 0.0))
             for q in Quota.objects.filter(pool_id__in=list(pools)).select_related("department")
         ]
     snapshot = Snapshot(
@@ -223,6 +431,7 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
                 pool_id=pool.pk, name=str(pool), nodes=tuple(pool.node_names), gpus_per_node=pool.gpus_per_node,
                 shareable=pool.shareable, used=dict(used[pool.pk]),
                 min_runtime_seconds=float(pool.cluster.settings.get("min_runtime_seconds", 0)),
+                usage_weight=float(pool.cluster.settings.get("fair_share_usage_weight", 0)),
             )
             for pool in pools.values()
         },
@@ -231,7 +440,7 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
                 job_id=job.pk, pool_id=job.pool_id, department=job.department.slug, priority=job.priority.value,
                 submitted_at=job.created_at.timestamp(), workers=job.workers, gpus_per_worker=job.gpus_per_worker,
                 preemptible=job.priority.preemptible, max_runtime=job.max_runtime_seconds,
-                nominated=job.pending_reason == "preemption_in_progress",
+                nominated=job.pending_reason == "preemption_in_progress", attained=job.gpu_seconds,
             )
             for job in queued
         ),

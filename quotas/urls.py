@@ -14,4 +14,7 @@ urlpatterns = [
     path("images/", api.ImageListApi.as_view(), name="api-images"),
     path("storage/", api.StorageListApi.as_view(), name="api-storage"),
     path("audit/", api.AuditListApi.as_view(), name="api-audit"),
+    path("usage/", api.UsageApi.as_view(), name="api-usage"),
+    path("tokens/", api.ApiTokenListApi.as_view(), name="api-tokens"),
+    path("tokens/<int:token_id>/", api.ApiTokenDetailApi.as_view(), name="api-token-detail"),
 ]

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from quotas.demo import demo_load
 from quotas.inventory import SIMULATED
+from quotas.tokens import token_create
 
 PASSWORD = "correct-horse-battery"
 
@@ -28,8 +28,8 @@ class World:
         """A REST client authenticated with the user's personal token (anonymous for None)."""
         client = APIClient()
         if user is not None:
-            token, _ = Token.objects.get_or_create(user=user)
-            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+            _, key = token_create(user=user, name="tests")
+            client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
         return client
 
 

@@ -5,10 +5,10 @@ import shlex
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
-from rest_framework.authtoken.models import Token
 
 from quotas.demo import demo_load, publish_example_repo
 from quotas.inventory import detect_local_gpus
+from quotas.tokens import token_create
 
 
 class Command(BaseCommand):
@@ -36,14 +36,15 @@ class Command(BaseCommand):
         repo = publish_example_repo(
             source=settings.BASE_DIR / "examples" / "digits", target=settings.PORTAL_DATA_ROOT / "repos" / "digits"
         )
-        token, _ = Token.objects.get_or_create(user=get_user_model().objects.get(username="alice"))
+        # Keys are stored hashed, so each run issues a new one (listed, and revocable, at /tokens/).
+        _, key = token_create(user=get_user_model().objects.get(username="alice"), name="demo")
         body = json.dumps({
             "name": "digits", "department": "vision", "code_url": repo, "command": "python train.py --epochs 20",
             "gpus_per_worker": 1, "tensorboard": True,
         })
         out.write("  Submit the example training job as alice:")
         out.write(
-            f"    curl -s -X POST {url}api/v1/jobs/ -H 'Authorization: Token {token.key}' "
+            f"    curl -s -X POST {url}api/v1/jobs/ -H 'Authorization: Token {key}' "
             f"-H 'Content-Type: application/json' -d {shlex.quote(body)}"
         )
         out.write("")

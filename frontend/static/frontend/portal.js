@@ -1,0 +1,270 @@
+/* GPU Portal: the little behaviour the server-rendered pages need.
+ *
+ * - live parts ([data-live], refreshed by htmx) are also refreshed at once when a
+ *   websocket named by a [data-ws] ancestor hears of a change; without websockets
+ *   htmx's polling keeps them current, only slower;
+ * - job logs: follow (a streamed fetch), pause, per-worker download;
+ * - TensorBoard: start on demand and embed; compare several jobs from the list;
+ * - forms with data-confirm ask first.
+ * No inline scripts: everything is wired here from data attributes.
+ */
+(function () {
+  "use strict";
+
+  function csrfToken() {
+    var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    if (match) return decodeURIComponent(match[1]);
+    var input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+
+  function postJson(url, body) {
+    return fetch(url, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken(), Accept: "application/json" },
+      body: JSON.stringify(body || {}),
+    }).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (data) {
+        if (!response.ok) {
+          var message = data.detail || Object.keys(data).map(function (k) { return k + ": " + data[k]; }).join("; ");
+          throw new Error(message || response.status + " " + response.statusText);
+        }
+        return data;
+      });
+    });
+  }
+
+  /* --- live updates ------------------------------------------------------------ */
+
+  function mainText(attribute) {
+    var main = document.querySelector("main");
+    return (main && main.getAttribute(attribute)) || "Live updates paused; retrying.";
+  }
+
+  var liveStatus = null;
+  function showLiveStatus(text) {
+    if (!liveStatus) {
+      liveStatus = document.createElement("p");
+      liveStatus.className = "live-status";
+      liveStatus.setAttribute("role", "status");
+      var main = document.querySelector("main");
+      if (main) main.insertBefore(liveStatus, main.firstChild);
+    }
+    liveStatus.textContent = text;
+    liveStatus.hidden = !text;
+  }
+
+  var refreshTimer = null;
+  function refreshLiveParts() {
+    // Several changes in a burst (admission moves a job through three states) -> one refresh.
+    if (refreshTimer) return;
+    refreshTimer = setTimeout(function () {
+      refreshTimer = null;
+      if (!window.htmx) return;
+      document.querySelectorAll("[data-live]").forEach(function (element) { window.htmx.trigger(element, "live"); });
+    }, 250);
+  }
+
+  function openSocket(path, attempt) {
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    var socket;
+    try {
+      socket = new WebSocket(scheme + location.host + path);
+    } catch (error) {
+      return;  // no websockets here: polling carries on
+    }
+    socket.addEventListener("open", function () { attempt = 0; });
+    socket.addEventListener("message", function (event) {
+      var data;
+      try { data = JSON.parse(event.data); } catch (error) { return; }
+      if (data.type === "job") refreshLiveParts();
+    });
+    socket.addEventListener("close", function (event) {
+      if (event.code === 4401 || event.code === 4404) return;  // signed out or not allowed: do not insist
+      var delay = Math.min(30000, 1000 * Math.pow(2, attempt || 0));
+      setTimeout(function () { openSocket(path, (attempt || 0) + 1); }, delay);
+    });
+  }
+
+  function wireSockets() {
+    var paths = {};
+    document.querySelectorAll("[data-ws]").forEach(function (element) {
+      element.getAttribute("data-ws").split(/\s+/).forEach(function (path) { if (path) paths[path] = true; });
+    });
+    Object.keys(paths).forEach(function (path) { openSocket(path, 0); });
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var xhr = event.detail.xhr;
+    // A session that ended answers the poll with the sign-in page: go there instead of nesting it.
+    if (xhr && xhr.responseURL && xhr.responseURL.indexOf("/login/") !== -1) {
+      event.detail.shouldSwap = false;
+      location.reload();
+    }
+  });
+  document.addEventListener("htmx:responseError", function () {
+    showLiveStatus(mainText("data-text-live-error"));
+  });
+  document.addEventListener("htmx:sendError", function () {
+    showLiveStatus(mainText("data-text-live-offline"));
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    showLiveStatus("");
+    restoreSelection();
+  });
+
+  /* --- confirmations ------------------------------------------------------------- */
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target.closest ? event.target.closest("form[data-confirm]") : null;
+    if (form && !window.confirm(form.getAttribute("data-confirm"))) event.preventDefault();
+  });
+
+  /* --- logs ---------------------------------------------------------------------- */
+
+  function wireLogs(panel) {
+    var url = panel.getAttribute("data-logs-url");
+    var output = panel.querySelector("[data-logs-output]");
+    var follow = panel.querySelector("[data-logs-follow]");
+    var pause = panel.querySelector("[data-logs-pause]");
+    var download = panel.querySelector("[data-logs-download]");
+    var workerSelect = panel.querySelector("[data-logs-worker]");
+    var state = panel.querySelector("[data-logs-state]");
+    var controller = null;
+    var texts = {
+      following: panel.getAttribute("data-text-following") || "Following the log…",
+      paused: panel.getAttribute("data-text-paused") || "Paused. Press Follow to continue.",
+      ended: panel.getAttribute("data-text-ended") || "End of the log: the job has ended.",
+      failed: panel.getAttribute("data-text-failed") || "Could not read the log: ",
+    };
+
+    function worker() { return workerSelect ? workerSelect.value : "0"; }
+
+    function stop() {
+      if (controller) controller.abort();
+      controller = null;
+      follow.disabled = false;
+      pause.disabled = true;
+    }
+
+    function start() {
+      stop();
+      controller = new AbortController();
+      var mine = controller;
+      follow.disabled = true;
+      pause.disabled = false;
+      output.textContent = "";
+      state.textContent = texts.following;
+      var decoder = new TextDecoder();
+      fetch(url + "?worker=" + encodeURIComponent(worker()) + "&tail=1000&follow=1", { credentials: "same-origin", signal: mine.signal })
+        .then(function (response) {
+          if (!response.ok) throw new Error(response.status + " " + response.statusText);
+          var reader = response.body.getReader();
+          function pump() {
+            return reader.read().then(function (chunk) {
+              if (chunk.done) {
+                if (controller === mine) { state.textContent = texts.ended; stop(); }
+                return;
+              }
+              var atBottom = output.scrollTop + output.clientHeight >= output.scrollHeight - 4;
+              output.textContent += decoder.decode(chunk.value, { stream: true });
+              if (atBottom) output.scrollTop = output.scrollHeight;
+              return pump();
+            });
+          }
+          return pump();
+        })
+        .catch(function (error) {
+          if (error.name === "AbortError") return;
+          state.textContent = texts.failed + error.message;
+          if (controller === mine) stop();
+        });
+    }
+
+    follow.addEventListener("click", start);
+    pause.addEventListener("click", function () { stop(); state.textContent = texts.paused; });
+    if (workerSelect) {
+      workerSelect.addEventListener("change", function () {
+        download.href = url + "?worker=" + encodeURIComponent(worker());
+        download.setAttribute("download", download.getAttribute("download").replace(/worker-\d+/, "worker-" + worker()));
+        if (controller) start();
+      });
+    }
+    start();
+  }
+
+  /* --- TensorBoard ------------------------------------------------------------- */
+
+  function wireTensorBoard(panel) {
+    var button = panel.querySelector("[data-tensorboard-open]");
+    var state = panel.querySelector("[data-tensorboard-state]");
+    var frame = panel.querySelector("[data-tensorboard-frame]");
+    if (!button) return;
+    button.addEventListener("click", function () {
+      button.disabled = true;
+      state.textContent = panel.getAttribute("data-text-starting") || "…";
+      postJson(panel.getAttribute("data-tensorboard-url"))
+        .then(function (data) {
+          frame.innerHTML = "";
+          var iframe = document.createElement("iframe");
+          iframe.src = data.url;
+          iframe.title = "TensorBoard";
+          iframe.className = "tensorboard";
+          frame.appendChild(iframe);
+          var link = document.createElement("a");
+          link.href = data.url;
+          link.target = "_blank";
+          link.rel = "noopener";
+          link.textContent = panel.getAttribute("data-text-open") || data.url;
+          state.textContent = "";
+          state.appendChild(link);
+        })
+        .catch(function (error) { state.textContent = error.message; })
+        .finally(function () { button.disabled = false; });
+    });
+  }
+
+  /* --- compare jobs in TensorBoard (jobs list) ------------------------------------ */
+
+  var selected = {};
+  function restoreSelection() {
+    document.querySelectorAll("input.select-job").forEach(function (box) { box.checked = !!selected[box.value]; });
+    updateCompare();
+  }
+  function updateCompare() {
+    var button = document.querySelector("[data-compare]");
+    if (button) button.disabled = Object.keys(selected).length < 2;
+  }
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!box.classList || !box.classList.contains("select-job")) return;
+    if (box.checked) selected[box.value] = true; else delete selected[box.value];
+    updateCompare();
+  });
+  function wireCompare(button) {
+    var error = document.querySelector("[data-compare-error]");
+    button.addEventListener("click", function () {
+      var ids = Object.keys(selected).map(Number);
+      button.disabled = true;
+      postJson(button.getAttribute("data-compare-url"), { jobs: ids })
+        .then(function (data) { window.location.href = data.url; })
+        .catch(function (problem) {
+          if (error) { error.textContent = problem.message; error.hidden = false; }
+          updateCompare();
+        });
+    });
+  }
+
+  /* --- start ------------------------------------------------------------------- */
+
+  function init() {
+    wireSockets();
+    document.querySelectorAll("[data-logs]").forEach(wireLogs);
+    document.querySelectorAll("[data-tensorboard]").forEach(wireTensorBoard);
+    document.querySelectorAll("[data-compare]").forEach(wireCompare);
+    var summary = document.querySelector("[data-autofocus]");
+    if (summary) summary.focus();
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init); else init();
+})();

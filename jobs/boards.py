@@ -1,0 +1,431 @@
+"""TensorBoards on demand (DESIGN.md "Monitoring"): one per job, or one comparing several jobs' runs.
+
+Owns the TensorBoard rows (jobs.models.TensorBoard) and their rules: who may open a board (every job
+of it must be visible to the user), starting one (idempotent: the board of the same job set is
+reused, and started again when it is not running), noticing that its process became ready or died,
+recording visits, and stopping boards nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS.
+
+Processes are the backend's (BoardBackend, below, in the spirit of jobs/executors): the local
+backend runs a real `tensorboard` on this host that serves a folder of links to the jobs' event
+folders; a Kubernetes backend (Deployment + Service reading the jobs' log volume) plugs in the same
+way. The backend part imports nothing from Django.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from config.errors import Conflict, InvalidInput
+from jobs import selectors
+from jobs.executors import local_procs
+from jobs.executors.base import ExecutorError
+from jobs.executors.local_jobdir import JobDir
+from jobs.models import Job, TensorBoard
+from jobs.services import executor_for
+
+MAX_COMPARE = 10
+# A visit is written down at most this often: TensorBoard's UI sends many requests a minute.
+TOUCH_SECONDS = 30
+# A board whose starter vanished between claiming it and recording the process is started again after this.
+CLAIM_SECONDS = 60
+
+STARTING, RUNNING, STOPPED, FAILED = (TensorBoard.Status.STARTING, TensorBoard.Status.RUNNING,
+                                      TensorBoard.Status.STOPPED, TensorBoard.Status.FAILED)
+
+
+# --- Backend interface ---------------------------------------------------------------
+
+class BoardError(Exception):
+    """A board could not be started or reached; ``permanent`` says whether trying again can help."""
+
+    def __init__(self, message: str, *, permanent: bool):
+        super().__init__(message)
+        self.message = message
+        self.permanent = permanent
+
+
+@dataclass(frozen=True)
+class BoardSpec:
+    board_id: int
+    path_prefix: str  # "/tensorboard/5": TensorBoard serves its UI and data API under it
+    runs: tuple[tuple[str, str], ...]  # (run name, folder of event files)
+
+
+@dataclass(frozen=True)
+class BoardProcess:
+    host: str
+    port: int
+    pid: int | None = None
+    handle: str = ""  # backend-specific identity (local: the process start time in clock ticks)
+
+
+class BoardBackend(Protocol):
+    def start(self, spec: BoardSpec) -> BoardProcess:
+        """Start serving ``spec``; returns at once, before it answers."""
+
+    def sync_runs(self, spec: BoardSpec) -> None:
+        """Show exactly ``spec.runs`` on a running board (a job got a new run since the start)."""
+
+    def alive(self, process: BoardProcess) -> bool: ...
+
+    def ready(self, process: BoardProcess) -> bool:
+        """Does it answer on its port?"""
+
+    def stop(self, process: BoardProcess) -> None:
+        """SIGTERM, a short grace, then SIGKILL."""
+
+    def output(self, board_id: int) -> str:
+        """The last lines it printed, to say why it died."""
+
+
+class LocalBoardBackend:
+    """`tensorboard` processes on this host, detached so they outlive the request that started them.
+
+    Folder: <root>/<board_id>/runs/ (one link per run, the --logdir) and tensorboard.log (its output).
+    Links rather than --logdir_spec so that a job's new run shows up without a restart.
+    """
+
+    def __init__(self, root: Path, *, binary: Path | None = None, stop_grace_seconds: float = 5):
+        self.root = Path(root)
+        self.binary = binary or Path(sys.executable).parent / "tensorboard"
+        self.stop_grace_seconds = stop_grace_seconds
+
+    def start(self, spec: BoardSpec) -> BoardProcess:
+        if not self.binary.exists():
+            raise BoardError(f"TensorBoard is not installed: {self.binary} is missing.", permanent=True)
+        self.sync_runs(spec)
+        port = _free_port()
+        # --load_fast false: the pure-Python loader, not the Rust data server (one process, no extra binary).
+        argv = [str(self.binary), "--logdir", str(self._folder(spec.board_id) / "runs"), "--path_prefix",
+                spec.path_prefix, "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"]
+        # Only what it needs from our environment: none of the portal's secrets or database URLs.
+        env = {name: value for name in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ") if (value := os.environ.get(name))}
+        try:
+            # sh starts it in the background and exits at once: the board is nobody's child here, so it
+            # outlives this process and leaves no zombie in it.
+            result = subprocess.run(
+                ["sh", "-c", 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!', "sh",
+                 str(self._folder(spec.board_id) / "tensorboard.log"), *argv],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True, start_new_session=True, check=True, timeout=30,
+                env=env,
+            )
+            pid = int(result.stdout.strip())
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            raise BoardError(f"cannot start TensorBoard: {exc}", permanent=False) from exc
+        started = local_procs.start_time(pid)
+        return BoardProcess(host="127.0.0.1", port=port, pid=pid, handle=str(started or ""))
+
+    def sync_runs(self, spec: BoardSpec) -> None:
+        runs = self._folder(spec.board_id) / "runs"
+        try:
+            runs.mkdir(parents=True, exist_ok=True)
+            wanted = dict(spec.runs)
+            for link in runs.iterdir():
+                if link.name not in wanted or os.readlink(link) != wanted[link.name]:
+                    link.unlink()
+            for name, folder in wanted.items():
+                if not (runs / name).is_symlink():
+                    (runs / name).symlink_to(folder, target_is_directory=True)
+        except OSError as exc:
+            raise BoardError(f"cannot prepare the runs of TensorBoard {spec.board_id}: {exc}", permanent=False) from exc
+
+    def alive(self, process: BoardProcess) -> bool:
+        return process.pid is not None and local_procs.alive(process.pid, int(process.handle) if process.handle else None)
+
+    def ready(self, process: BoardProcess) -> bool:
+        try:
+            with socket.create_connection((process.host, process.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def stop(self, process: BoardProcess) -> None:
+        if not self.alive(process):
+            return
+        stat = local_procs.proc_stat(process.pid)
+        group = stat[1] if stat else process.pid
+        local_procs.signal_group(group, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace_seconds
+        while self.alive(process) and time.monotonic() < deadline:
+            time.sleep(local_procs.TICK)
+        if self.alive(process):
+            local_procs.signal_group(group, signal.SIGKILL)
+
+    def output(self, board_id: int) -> str:
+        try:
+            text = (self._folder(board_id) / "tensorboard.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-10:])
+
+    def _folder(self, board_id: int) -> Path:
+        return self.root / str(board_id)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def board_backend() -> BoardBackend:
+    return LocalBoardBackend(settings.PORTAL_DATA_ROOT / "tensorboard")
+
+
+# --- Reads ----------------------------------------------------------------------------
+
+def board_url(board: TensorBoard) -> str:
+    if board.is_compare:
+        return f"/tensorboard/compare/{board.pk}/"
+    return f"/tensorboard/{board.key.removeprefix('job:')}/"
+
+
+def board_job_ids(board: TensorBoard) -> list[int]:
+    return sorted(board.jobs.values_list("pk", flat=True))
+
+
+def board_of_job(*, job: Job) -> TensorBoard | None:
+    return TensorBoard.objects.filter(key=f"job:{job.pk}").first()
+
+
+def board_get(*, user, board_id: int) -> TensorBoard | None:
+    """A comparison board if the user may see every job of it; None otherwise (answered as 404 alike)."""
+    board = TensorBoard.objects.filter(pk=board_id, key__startswith="compare:").first()
+    if board is None:
+        return None
+    ids = board_job_ids(board)
+    visible = selectors.jobs_for(user=user).filter(pk__in=ids).count()
+    return board if ids and visible == len(ids) else None
+
+
+def boards_for(*, user) -> list[TensorBoard]:
+    """Boards all of whose jobs the user may see, newest first."""
+    visible = selectors.jobs_for(user=user).values("pk")
+    hidden = TensorBoard.jobs.through.objects.exclude(job_id__in=visible).values("tensorboard_id")
+    return list(TensorBoard.objects.filter(jobs__in=visible).exclude(pk__in=hidden).distinct().order_by("-started_at", "-pk"))
+
+
+# --- Starting ---------------------------------------------------------------------------
+
+def board_start_for_job(*, user, job: Job, restart_failed: bool = True, now: datetime | None = None) -> TensorBoard:
+    """The job's board, started if it is not running. Idempotent."""
+    if not job.tensorboard:
+        raise Conflict(f"Job {job.pk} was submitted with tensorboard=false, so it has no TensorBoard. "
+                       "Clone it with tensorboard=true to get one.")
+    board = _board_for_key(key=f"job:{job.pk}", jobs=[job], user=user)
+    return board_ensure(board=board, user=user, restart_failed=restart_failed, now=now)
+
+
+def board_start_compare(*, user, job_ids: list[int], now: datetime | None = None) -> TensorBoard:
+    """One board showing the runs of several jobs side by side. Idempotent for the same set of jobs."""
+    ids = sorted(set(job_ids))
+    if len(ids) < 2:
+        raise InvalidInput({"jobs": ["Give at least two job ids to compare; a single job has its own board."]})
+    if len(ids) > MAX_COMPARE:
+        raise InvalidInput({"jobs": [f"Compare at most {MAX_COMPARE} jobs at once; {len(ids)} were given."]})
+    jobs = list(selectors.jobs_for(user=user).filter(pk__in=ids).order_by("pk"))
+    missing = sorted(set(ids) - {job.pk for job in jobs})
+    if missing:
+        raise InvalidInput({"jobs": [f"No job with {_ids(missing)} in your departments."]})
+    without = [job.pk for job in jobs if not job.tensorboard]
+    if without:
+        raise Conflict(f"The job with {_ids(without)} was submitted with tensorboard=false and cannot be compared.")
+    board = _board_for_key(key="compare:" + ",".join(map(str, ids)), jobs=jobs, user=user)
+    return board_ensure(board=board, user=user, restart_failed=True, now=now)
+
+
+def board_open(*, user, job_id: int | None = None, board_id: int | None = None, now: datetime | None = None) -> TensorBoard | None:
+    """The board behind a proxy request, started if it is not running and its visit recorded.
+
+    None when the user may not see it. A board that failed to start is left failed (its message
+    says why) rather than started on every request of the page; the API starts it again.
+    """
+    if job_id is not None:
+        job = selectors.job_get(user=user, job_id=job_id)
+        if job is None:
+            return None
+        board = board_of_job(job=job)
+        if board is None or board.status != RUNNING:
+            board = board_start_for_job(user=user, job=job, restart_failed=False, now=now)
+    else:
+        board = board_get(user=user, board_id=board_id)
+        if board is None:
+            return None
+        if board.status != RUNNING:
+            board = board_ensure(board=board, user=user, restart_failed=False, now=now)
+    if board.status == RUNNING:
+        board_touch(board=board, now=now)
+    return board
+
+
+def board_ensure(*, board: TensorBoard, user=None, restart_failed: bool, now: datetime | None = None) -> TensorBoard:
+    """Make sure the board's process runs: look at it, and start it (again) if it does not."""
+    board = board_observe(board=board, now=now)
+    if board.status == RUNNING:
+        _call(lambda: board_backend().sync_runs(_spec(board)))
+        return board
+    if board.status == STARTING or (board.status == FAILED and not restart_failed):
+        return board
+    return _start(board, user=user, now=now or timezone.now())
+
+
+def board_observe(*, board: TensorBoard, now: datetime | None = None) -> TensorBoard:
+    """Bring the row up to date with its process: answers -> running; gone -> stopped, or failed if it never came up."""
+    if board.status not in (STARTING, RUNNING):
+        return board
+    now = now or timezone.now()
+    backend = board_backend()
+    process = _process(board)
+    if process is None:
+        if board.started_at and (now - board.started_at).total_seconds() > CLAIM_SECONDS:
+            _settle(board, to=FAILED, message="TensorBoard did not start in time.")
+        return board
+    if backend.alive(process):
+        if board.status == STARTING and backend.ready(process):
+            _settle(board, to=RUNNING, message="")
+        return board
+    if board.status == STARTING:
+        output = backend.output(board.pk)
+        _settle(board, to=FAILED, message="TensorBoard exited while starting." + (f"\n{output}" if output else ""))
+    else:
+        _settle(board, to=STOPPED, message="TensorBoard exited; it starts again when opened.")
+    return board
+
+
+def board_touch(*, board: TensorBoard, now: datetime | None = None) -> None:
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=TOUCH_SECONDS)
+    if board.last_access_at and board.last_access_at > stale:
+        return
+    TensorBoard.objects.filter(Q(last_access_at__lte=stale) | Q(last_access_at__isnull=True), pk=board.pk).update(last_access_at=now)
+    board.last_access_at = now
+
+
+# --- Stopping ----------------------------------------------------------------------------
+
+def board_stop(*, board: TensorBoard, message: str = "Stopped.") -> TensorBoard:
+    process = _process(board)
+    if not _settle(board, to=STOPPED, message=message):
+        return board  # someone else stopped or restarted it meanwhile
+    if process is not None:
+        _call(lambda: board_backend().stop(process))
+    return board
+
+
+def boards_stop_idle(*, now: datetime | None = None) -> int:
+    """Stop every board nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS. Returns how many were stopped."""
+    now = now or timezone.now()
+    idle_seconds = settings.PORTAL_TENSORBOARD_IDLE_SECONDS
+    idle = TensorBoard.objects.filter(status__in=[STARTING, RUNNING], last_access_at__lt=now - timedelta(seconds=idle_seconds))
+    stopped = 0
+    for board in idle:
+        board_stop(board=board, message=f"Stopped after {idle_seconds} s without a visit; it starts again when opened.")
+        stopped += board.status == STOPPED
+    return stopped
+
+
+def boards_reconcile(*, now: datetime | None = None) -> int:
+    """Periodic care: stop idle boards, notice dead or ready ones, show jobs' new runs. Returns how many were stopped."""
+    stopped = boards_stop_idle(now=now)
+    for board in TensorBoard.objects.filter(status__in=[STARTING, RUNNING]):
+        board = board_observe(board=board, now=now)
+        if board.status == RUNNING:
+            _call(lambda board=board: board_backend().sync_runs(_spec(board)))
+    return stopped
+
+
+# --- Helpers -------------------------------------------------------------------------------
+
+def _board_for_key(*, key: str, jobs: list[Job], user) -> TensorBoard:
+    board = TensorBoard.objects.filter(key=key).first()
+    if board is not None:
+        return board
+    try:
+        with transaction.atomic():
+            board = TensorBoard.objects.create(key=key, department=jobs[0].department, started_by=user)
+            board.jobs.set(jobs)
+    except IntegrityError:  # a concurrent request created it first
+        board = TensorBoard.objects.get(key=key)
+    return board
+
+
+def _start(board: TensorBoard, *, user, now: datetime) -> TensorBoard:
+    spec = _spec(board)
+    # Claimed with a conditional update, so that two requests never start two processes for one board.
+    claimed = TensorBoard.objects.filter(pk=board.pk, status=board.status, pid=board.pid).update(
+        status=STARTING, host="", port=None, pid=None, handle="", started_at=now, last_access_at=now,
+        message="Starting TensorBoard.", started_by=user or board.started_by,
+    )
+    if claimed:
+        try:
+            process = board_backend().start(spec)
+        except BoardError as exc:
+            TensorBoard.objects.filter(pk=board.pk).update(status=FAILED, message=exc.message)
+        else:
+            TensorBoard.objects.filter(pk=board.pk).update(
+                host=process.host, port=process.port, pid=process.pid, handle=process.handle)
+    board.refresh_from_db()
+    return board
+
+
+def _settle(board: TensorBoard, *, to: str, message: str) -> bool:
+    """Move the board to ``to`` unless it changed meanwhile (another process, another status)."""
+    changed = TensorBoard.objects.filter(pk=board.pk, status=board.status, pid=board.pid).update(status=to, message=message)
+    board.refresh_from_db()
+    return bool(changed)
+
+
+def _process(board: TensorBoard) -> BoardProcess | None:
+    if board.port is None:
+        return None
+    return BoardProcess(host=board.host, port=board.port, pid=board.pid, handle=board.handle)
+
+
+def _spec(board: TensorBoard) -> BoardSpec:
+    runs = []
+    for job in board.jobs.select_related("cluster").order_by("pk"):
+        runs.extend(_runs_of(job))
+    return BoardSpec(board_id=board.pk, path_prefix=board_url(board).rstrip("/"), runs=tuple(runs))
+
+
+def _runs_of(job: Job) -> list[tuple[str, str]]:
+    """(run name, event folder) of each run of the job: a re-queued job has one run per admission."""
+    try:
+        executor = executor_for(job.cluster)
+    except ExecutorError as exc:
+        raise Conflict(f"TensorBoard is not available for job {job.pk}: {exc.message}") from exc
+    # The run folders of the local executor (jobs/executors/local_jobdir.py): <root>/jobs/<run_id>/.
+    jobs_root = Path(executor.root) / "jobs"
+    run_ids = {path.name for path in jobs_root.glob(f"{job.pk}-*") if re.fullmatch(rf"{job.pk}-[0-9a-f]+", path.name)}
+    if job.run_id:
+        run_ids.add(job.run_id)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", job.name)[:40] or "job"
+    return [(f"{name}-{run_id}", str(JobDir(jobs_root / run_id).tensorboard)) for run_id in sorted(run_ids)]
+
+
+def _call(operation):
+    try:
+        return operation()
+    except BoardError as exc:
+        if exc.permanent:
+            raise Conflict(exc.message) from exc
+        return None  # transient: the next visit or the periodic task tries again
+
+
+def _ids(ids: list[int]) -> str:
+    return ("id " if len(ids) == 1 else "ids ") + ", ".join(map(str, ids))
