@@ -120,6 +120,7 @@ class Replay:
         self.events: list[tuple[float, int, int, int]] = []  # time, kind (0 finish, 1 arrival), job id, epoch
         self.violations = self.preemptions = self.admissions = 0
         self.by_reason: dict[str, int] = defaultdict(int)  # preemptions by reason
+        self.wasted_by: dict[str, float] = defaultdict(float)  # GPU-seconds lost by preemption reason
         self.violated: dict[str, int] = defaultdict(int)  # violations by the job's last waiting reason
         self.last_reason: dict[int, str] = {}
         self.wasted = 0.0
@@ -211,7 +212,7 @@ class Replay:
             job.slots, job.started = admission.slots, now
             job.running_view = RunningJob(job_id=job.job_id, pool_id=1, department=self.view(job), priority=job.priority,
                                           preemptible=job.preemptible, gpus=float(job.gpus), slots=job.slots, started_at=now,
-                                          attained=job.attained)
+                                          attained=job.attained, checkpoint_every=CHECKPOINT_SECONDS)
             job.first_start = now if job.first_start is None else job.first_start
             self.running[job.job_id] = job
             self.admissions += 1
@@ -223,6 +224,7 @@ class Replay:
             saved = math.floor(ran / CHECKPOINT_SECONDS) * CHECKPOINT_SECONDS
             job.remaining -= saved
             self.wasted += (ran - saved) * job.gpus
+            self.wasted_by[preemption.reason] += (ran - saved) * job.gpus
             job.epoch += 1
             job.attained += ran * job.gpus
             job.pending_view = None
@@ -289,6 +291,7 @@ def main(argv: list[str] | None = None) -> dict:
         "guarantee_violations": replay.violations,
         "violations_by_size_and_reason": dict(sorted(replay.violated.items(), key=lambda kv: -kv[1])),
         "preemptions_by_reason": dict(replay.by_reason),
+        "wasted_gpu_seconds_by_reason": {reason: round(lost) for reason, lost in replay.wasted_by.items()},
         "service": "off" if not args.service.enabled else [args.service.quantum, args.service.factor, args.service.min_run_seconds],
         "admissions_per_second": round(replay.admissions / max(replay.scheduler_seconds, 1e-9), 1),
         "wall_seconds": round(time.perf_counter() - wall, 1),

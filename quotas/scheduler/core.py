@@ -47,11 +47,12 @@ class _Cycle:
         self.stopping = [job for job in running if job.terminating]
         self.after_stop: Occupancy | None = None  # the occupancy once every stopping job is gone (made when needed)
         self.running = [job for job in running if not job.terminating]
-        # Who may be evicted, in eviction order (lowest priority, most recently started first), sorted once per cycle.
+        # Who may be evicted, in eviction order, sorted once per cycle: lowest priority, then least work lost
+        # (most recently started, or most recently checkpointed for jobs that declare their checkpoints).
         self.evictable = sorted(
             (job for job in running
              if job.preemptible and not job.terminating and now - job.started_at >= pool.min_runtime_seconds),
-            key=lambda job: (job.priority, -job.started_at),
+            key=lambda job: (job.priority, job.unsaved(now)),
         )
         self.evictable_gpus: dict[str, float] = defaultdict(float)
         for job in self.evictable:
@@ -62,15 +63,19 @@ class _Cycle:
         self.service_gpus = 0.0  # an upper bound of what service evictions can free for a fresh job
         if policy.enabled:
             self.by_service = sorted(
-                ((job.service(now), job) for job in self.evictable if now - job.started_at >= policy.min_run_seconds),
+                ((job.service(now), job) for job in self.evictable if now - job.started_at >= policy.min_run_seconds
+                 and (not job.checkpoint_every or job.unsaved(now) <= policy.max_unsaved_seconds)),
                 key=lambda pair: -pair[0],
             )
             fresh_floor = policy.factor * policy.quantum
             self.service_gpus = sum(job.gpus for service, job in self.by_service if service >= fresh_floor)
         usage: dict[str, float] = defaultdict(float)
+        fixed: dict[str, float] = defaultdict(float)
         for job in running:
             usage[job.department] += job.gpus
-        self.ledger = Ledger(pool, [q for q in snapshot.quotas if q.pool_id == pool.pool_id], usage)
+            if not job.preemptible:
+                fixed[job.department] += job.gpus
+        self.ledger = Ledger(pool, [q for q in snapshot.quotas if q.pool_id == pool.pool_id], usage, fixed)
         self.occupancy = Occupancy(pool)
         self.releases = Releases(float(pool.total), now)
         for job in running:
@@ -142,7 +147,7 @@ class _Cycle:
         if slots is None:
             return False
         borrowed = max(0.0, self.ledger.usage[job.department] + job.gpus - self.ledger.nominal(job.department))
-        self.ledger.add(job.department, job.gpus)
+        self.ledger.add(job.department, job.gpus, fixed=not job.preemptible)
         if self.after_stop is not None:
             self.after_stop.retake(slots)
         end = self.now + job.max_runtime if job.max_runtime else None
@@ -261,8 +266,9 @@ class _Cycle:
         self.evictable = [r for r in self.evictable if r is not victim]
         self.running = [r for r in self.running if r is not victim]
         self.evictable_gpus[victim.department] -= victim.gpus
-        if self.by_service and self.now - victim.started_at >= self.policy.min_run_seconds:
-            self.by_service = [pair for pair in self.by_service if pair[1] is not victim]
+        remaining = [pair for pair in self.by_service if pair[1] is not victim]
+        if len(remaining) < len(self.by_service):
+            self.by_service = remaining
             if victim.service(self.now) >= self.policy.factor * self.policy.quantum:
                 self.service_gpus -= victim.gpus
         self.stopping.append(victim)
@@ -278,13 +284,13 @@ class _Cycle:
         if job.gpus > self.after_stop.free + 1e-9:
             return False
         for stopping in self.stopping:
-            self.ledger.remove(stopping.department, stopping.gpus)
+            self.ledger.remove(stopping.department, stopping.gpus, fixed=not stopping.preemptible)
         try:
             if self.ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
                 return False
         finally:
             for stopping in self.stopping:
-                self.ledger.add(stopping.department, stopping.gpus)
+                self.ledger.add(stopping.department, stopping.gpus, fixed=not stopping.preemptible)
         return self.after_stop.fits(job.workers, job.gpus_per_worker)
 
     def _reclaimable(self) -> float:

@@ -17,11 +17,15 @@ EPSILON = 1e-9
 
 
 class Ledger:
-    def __init__(self, pool: PoolState, quotas: list[QuotaState], usage: dict[str, float]):
+    def __init__(self, pool: PoolState, quotas: list[QuotaState], usage: dict[str, float],
+                 fixed: dict[str, float] | None = None):
         self.pool = pool
         self.capacity = float(pool.total)
         self.quota = {q.department: q for q in quotas}
         self.usage: dict[str, float] = defaultdict(float, usage)
+        # The part of each department's usage that cannot be preempted: it must fit in the nominal quota, so
+        # that whatever the department borrows can always be reclaimed from its preemptible work.
+        self.fixed: dict[str, float] = defaultdict(float, fixed or {})
         # Sum of every department's kept-back GPUs, maintained on add/remove so a check costs O(1).
         self.kept_total = sum(self._kept_back(d) for d in set(self.quota) | set(self.usage))
 
@@ -56,11 +60,13 @@ class Ledger:
     def refusal(self, department: str, gpus: float, *, may_borrow: bool = True) -> str | None:
         """None if the department may take ``gpus`` more now, else the reason code (cheap: no message).
 
-        A job that may not be preempted may not borrow either: borrowed GPUs must stay reclaimable.
+        A job that may not be preempted (``may_borrow=False``) must fit in the nominal quota together with
+        the department's other work that cannot be preempted; beyond the nominal, the department's
+        preemptible work is what borrows, and stays reclaimable.
         """
         if self.within_nominal(department, gpus):
             return None
-        if not may_borrow:
+        if not may_borrow and self.fixed[department] + gpus > self.nominal(department) + EPSILON:
             return "quota_exhausted"
         nominal, after = self.nominal(department), self.usage[department] + gpus
         quota = self.quota.get(department)
@@ -77,11 +83,11 @@ class Ledger:
             return None
         nominal, used = self.nominal(department), self.usage[department]
         quota = self.quota.get(department)
-        if not may_borrow and self.refusal(department, gpus) is None:
+        if not may_borrow and self.fixed[department] + gpus > nominal + EPSILON:
             return "quota_exhausted", (
-                f"{department} uses {used:g}/{nominal:g} {self.pool.name} GPUs and this job needs {gpus:g} more; a job "
-                "that cannot be preempted runs only within its department's nominal quota (idle GPUs are lent "
-                "only to preemptible jobs)."
+                f"{department} runs {self.fixed[department]:g}/{nominal:g} {self.pool.name} GPUs of work that cannot be "
+                f"preempted and this job needs {gpus:g} more; a job that cannot be preempted runs only within its "
+                "department's nominal quota (borrowed GPUs must stay reclaimable)."
             )
         if reason == "borrowing_limit":
             return "borrowing_limit", (
@@ -97,10 +103,12 @@ class Ledger:
             f"and only {idle:g} idle GPUs can be borrowed" + (f" (others use or keep: {holders})." if holders else ".")
         )
 
-    def add(self, department: str, gpus: float) -> None:
+    def add(self, department: str, gpus: float, *, fixed: bool = False) -> None:
         self.kept_total -= self._kept_back(department)
         self.usage[department] += gpus
         self.kept_total += self._kept_back(department)
+        if fixed:
+            self.fixed[department] += gpus
 
-    def remove(self, department: str, gpus: float) -> None:
-        self.add(department, -gpus)
+    def remove(self, department: str, gpus: float, *, fixed: bool = False) -> None:
+        self.add(department, -gpus, fixed=fixed)

@@ -78,8 +78,8 @@ def _feasible(job, ledger: Ledger, occupancy: Occupancy, victims: list[RunningJo
         if slots is None or ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
             return None
         placed.append(slots)
-        ledger.add(job.department, job.gpus)
-        taken.append((job.department, job.gpus))
+        ledger.add(job.department, job.gpus, fixed=not job.preemptible)
+        taken.append((job.department, job.gpus, not job.preemptible))
         plan = []
         for victim in sorted(victims, key=lambda v: -v.gpus):
             if ledger.borrowed(victim.department) > 1e-9 or not ledger.within_nominal(victim.department, victim.gpus):
@@ -91,14 +91,14 @@ def _feasible(job, ledger: Ledger, occupancy: Occupancy, victims: list[RunningJo
                 return None
             placed.append(again)
             ledger.add(victim.department, victim.gpus)
-            taken.append((victim.department, victim.gpus))
+            taken.append((victim.department, victim.gpus, False))
             plan.append((victim, "move"))
         return plan
     finally:
         for slots in placed:
             occupancy.release(slots)
-        for department, gpus in taken:
-            ledger.remove(department, gpus)
+        for department, gpus, fixed in taken:
+            ledger.remove(department, gpus, fixed=fixed)
         for victim in victims:
             occupancy.retake(victim.slots)
             ledger.add(victim.department, victim.gpus)

@@ -67,10 +67,18 @@ class RunningJob:
     deadline: float | None = None  # when its max runtime ends it; None if unbounded
     terminating: bool = False  # already asked to stop (preemption or cancel in its grace period)
     attained: float = 0.0  # GPU-seconds of service in earlier runs (before it was last preempted)
+    # It saves a checkpoint this often (seconds from its start), as the job declares; None: unknown,
+    # so everything it did in this run is lost if it is preempted.
+    checkpoint_every: float | None = None
 
     def service(self, now: float) -> float:
         """GPU-seconds of service so far, this run included."""
         return self.attained + self.gpus * max(0.0, now - self.started_at)
+
+    def unsaved(self, now: float) -> float:
+        """Seconds of work a preemption now would lose: since its last checkpoint, or since it started."""
+        ran = max(0.0, now - self.started_at)
+        return ran % self.checkpoint_every if self.checkpoint_every else ran
 
 
 @dataclass(frozen=True)
@@ -101,7 +109,8 @@ class ServicePolicy:
     A waiting job may evict a preemptible workload of no higher priority that has had at least
     ``factor`` times its own service (and at least ``quantum`` GPU-seconds), has run at least
     ``min_run_seconds`` since it last started, and whose department stays at or above its nominal
-    quota without it (or is the waiting job's own department). Within a department, jobs that have
+    quota without it (or is the waiting job's own department), and, if it declares checkpoints, saved
+    one at most ``max_unsaved_seconds`` ago. Within a department, jobs that have
     had ``quantum`` GPU-seconds of service already wait behind fresh ones of the same priority.
     ``enabled=False`` turns both off (priority order, then submit time, and only reclaim and
     priority preemption).
@@ -111,6 +120,8 @@ class ServicePolicy:
     quantum: float = 4 * 3600.0
     factor: float = 2.0
     min_run_seconds: float = 1800.0
+    # A workload that declares its checkpoints is only evicted for service soon after one, losing at most this.
+    max_unsaved_seconds: float = 300.0
 
 
 @dataclass(frozen=True)

@@ -353,3 +353,18 @@ def test_fair_share_can_weigh_recent_usage():
     jobs = [pending(1, "vision", gpus=8), pending(2, "nlp", gpus=8)]
     assert admitted(cycle(jobs, quotas=quotas)) == [1]  # now-only: equal shares, the earlier job goes first
     assert admitted(cycle(jobs, quotas=quotas, pool={"usage_weight": 0.5})) == [2]  # vision used its share lately
+
+
+def test_work_that_cannot_be_preempted_fits_in_nominal_and_the_preemptible_rest_is_what_borrows():
+    own = [running(10, "vision", [[0, 1, 2, 3]])]  # vision at its nominal with preemptible work
+    d = cycle([pending(1, "vision", gpus=2, priority=1000, preemptible=False)], own)
+    assert admitted(d) == [1] and d.preemptions == []  # no need to evict its own work: idle GPUs are there
+    # nlp claims its nominal back: vision's preemptible work is reclaimed, the job that cannot be preempted stays
+    both = own + [running(11, "vision", [[4, 5]], priority=1000, preemptible=False)]
+    claim = cycle([pending(2, "nlp", gpus=4)], both)
+    assert [(p.job_id, p.reason) for p in claim.preemptions] == [(10, "reclaim")]
+    # a second job that cannot be preempted would take vision's work of that kind past its nominal
+    more = cycle([pending(3, "vision", gpus=4, priority=1000, preemptible=False)], both,
+                 quotas=(quota("vision", 4), quota("nlp", 8)), pool={"nodes": 2})
+    assert reasons(more) == {3: "quota_exhausted"}
+    assert "runs 2/4 local/sim GPUs of work that cannot be preempted" in more.waiting[0].message
