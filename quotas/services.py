@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 
 from config.celery import app as celery_app
 from config.errors import InvalidInput
-from jobs import lifecycle
+from jobs import lifecycle, live
 from jobs.models import Job
 from jobs.transitions import job_transition
 from quotas import permissions
@@ -338,16 +338,22 @@ def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
             _admit(queued[admission.job_id], admission, now)
         for preemption in decisions.preemptions:
             _preempt(holding[preemption.job_id], preemption, now)
+        moved = []
         for waiting in decisions.waiting:
             job = queued[waiting.job_id]
             eta = datetime.fromtimestamp(waiting.estimated_start, tz=UTC) if waiting.estimated_start else None
             if (job.pending_reason, job.status_message, job.queue_position) != (
                 waiting.reason, waiting.message, waiting.position
             ) or _moved(job.estimated_start, eta):
-                Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
+                if Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
                     pending_reason=waiting.reason, status_message=waiting.message, queue_position=waiting.position,
                     estimated_start=eta,
-                )
+                ):
+                    job.pending_reason, job.status_message = waiting.reason, waiting.message
+                    job.queue_position, job.estimated_start = waiting.position, eta
+                    moved.append(job)
+        # No transition tells their departments' open pages about these: say it once per department.
+        live.queue_changed(jobs=moved)
     return decisions
 
 
@@ -416,6 +422,7 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
             deadline=started + job.max_runtime_seconds if job.max_runtime_seconds else None,
             terminating=bool(job.cancel_requested_at or job.preempt_requested_at),
             attained=job.gpu_seconds,  # earlier runs; this one counts from started_at
+            checkpoint_every=float(pools[job.pool_id].cluster.settings.get("checkpoint_seconds", 0)) or None,
         ))
     if quotas is None:
         recent = _recent_usage(pools.values())

@@ -96,6 +96,7 @@ class _Cycle:
         # department -> [blocked head, its estimated start (shadow time), GPUs booked at that time]
         self.heads: dict[str, list] = {}
         self.head_reasons: dict[str, str] = {}
+        self.reclaiming_for: PendingJob | None = None  # a guaranteed job GPUs are being freed for
 
     def run(self) -> None:
         # Guaranteed ones first: GPUs freed for a borrower must not keep a guaranteed job waiting (they would
@@ -103,10 +104,15 @@ class _Cycle:
         within = self.ledger.within_nominal
         for job in sorted(self.nominated, key=lambda j: (not within(j.department, j.gpus), -j.priority, j.submitted_at)):
             self.queues[job.department].remove(job)
+            guaranteed = within(job.department, job.gpus)
             if job.department in self.heads:
                 self._behind_blocked_head(job)
             else:
                 self._try(job)
+            if guaranteed and self.reclaiming_for is None and self.waiting and self.waiting[-1][0] == job.job_id:
+                # Still waiting for GPUs freed for it: nobody starts borrowing them meanwhile, or borrowers
+                # would take them back in this very cycle and it would evict others next time, and so on.
+                self.reclaiming_for = job
         # Departments take turns by fair share; only the one that just went changes its key.
         turns = [self._turn(d) for d in self.queues if self.queues[d]]
         heapq.heapify(turns)
@@ -141,6 +147,8 @@ class _Cycle:
     def _admit_if_fits(self, job: PendingJob) -> bool:
         if job.gpus * FULL > self.occupancy.free_hundredths + 1e-6:
             return False
+        if self.reclaiming_for is not None and not self.ledger.within_nominal(job.department, job.gpus):
+            return False
         if self.ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
             return False
         slots = self.occupancy.place(job.workers, job.gpus_per_worker)
@@ -161,7 +169,12 @@ class _Cycle:
     def _try(self, job: PendingJob, head: bool = True) -> None:
         if self._admit_if_fits(job):
             return
-        reason, message = self._make_room(job, *self._why(job))
+        if self.reclaiming_for is not None and not self.ledger.within_nominal(job.department, job.gpus):
+            reason, message = "quota_exhausted", (
+                f"GPUs are being reclaimed for job #{self.reclaiming_for.job_id} ({self.reclaiming_for.department}'s "
+                "nominal quota); no job starts on borrowed GPUs until it has started." if self.snapshot.explain else "")
+        else:
+            reason, message = self._make_room(job, *self._why(job))
         self.waiting.append((job.job_id, reason, message))
         if not head:
             return
@@ -200,7 +213,11 @@ class _Cycle:
 
     def _all_behind_head(self, department: str) -> None:
         queue = self.queues[department]
-        self.waiting.extend((job.job_id, "lower_in_queue", "") for job in queue)
+        for job in queue:
+            if self.ledger.within_nominal(department, job.gpus):
+                self._behind_blocked_head(job)  # guaranteed: it may still reclaim
+            else:
+                self.waiting.append((job.job_id, "lower_in_queue", ""))
         queue.clear()
 
     def _backfill_safe(self, job: PendingJob, head: PendingJob, shadow: float, at_shadow: float) -> bool:

@@ -368,3 +368,16 @@ def test_work_that_cannot_be_preempted_fits_in_nominal_and_the_preemptible_rest_
                  quotas=(quota("vision", 4), quota("nlp", 8)), pool={"nodes": 2})
     assert reasons(more) == {3: "quota_exhausted"}
     assert "runs 2/4 local/sim GPUs of work that cannot be preempted" in more.waiting[0].message
+
+
+def test_nothing_starts_on_borrowed_gpus_while_gpus_are_reclaimed_for_a_guaranteed_job():
+    borrower = [running(10, "nlp", [[0, 1, 2, 3, 4, 5]])]  # nlp borrows 2; GPUs 6 and 7 are free
+    claimant = PendingJob(job_id=1, pool_id=1, department="vision", priority=500, submitted_at=1, workers=1,
+                          gpus_per_worker=4, preemptible=True, nominated=True)
+    d = cycle([claimant, pending(2, "nlp", gpus=1)], borrower)
+    assert [(p.job_id, p.reason) for p in d.preemptions] == [(10, "reclaim")]
+    assert admitted(d) == [] and reasons(d) == {1: "preemption_in_progress", 2: "quota_exhausted"}
+    assert "GPUs are being reclaimed for job #1 (vision's nominal quota)" in d.waiting[-1].message
+    # a guaranteed job of another department still starts
+    own = cycle([claimant, pending(2, "nlp", gpus=1)], borrower, quotas=(quota("vision", 4), quota("nlp", 8)))
+    assert admitted(own) == [2]
