@@ -97,6 +97,8 @@ class _Cycle:
         self.heads: dict[str, list] = {}
         self.head_reasons: dict[str, str] = {}
         self.reclaiming_for: PendingJob | None = None  # a guaranteed job GPUs are being freed for
+        self._borrowers_at, self._borrowers_cache = -1, []
+        self._once_stopped: dict[tuple, bool] = {}
 
     def run(self) -> None:
         # Guaranteed ones first: GPUs freed for a borrower must not keep a guaranteed job waiting (they would
@@ -236,14 +238,22 @@ class _Cycle:
         free = self.occupancy.free
         shape = f"{job.workers} worker{'s' if job.workers > 1 else ''} x {job.gpus_per_worker:g} GPU"
         if job.gpus > free + 1e-9:
-            borrowers = ", ".join(f"{d} borrows {self.ledger.borrowed(d):g}" for d in sorted(self.ledger.usage)
-                                  if d != job.department and self.ledger.borrowed(d) > 0)
+            borrowers = ", ".join(f"{d} borrows {gpus:g}" for d, gpus in self._borrowers() if d != job.department)
             return "no_capacity", (f"Needs {job.gpus:g} GPUs ({shape}); {free:g} of {self.pool.total} {self.pool.name} "
                                    f"GPUs are free" + (f" ({borrowers})." if borrowers else "."))
         return "gang_does_not_fit", (
             f"Needs {job.gpus:g} GPUs ({shape}); {free:g} of {self.pool.total} {self.pool.name} GPUs are free but not "
             "in a shape that holds every worker (each worker needs its GPUs on one node)."
         )
+
+    def _borrowers(self) -> list[tuple[str, float]]:
+        """The departments that borrow most (up to 6), worked out again only after admissions (evictions only
+        mark workloads as stopping; usage changes when they have stopped, in a later cycle)."""
+        if self._borrowers_at != len(self.decisions.admissions):
+            borrowing = ((d, self.ledger.borrowed(d)) for d in self.ledger.usage)
+            self._borrowers_cache = heapq.nsmallest(6, ((d, b) for d, b in borrowing if b > 0), key=lambda kv: (-kv[1], kv[0]))
+            self._borrowers_at = len(self.decisions.admissions)
+        return self._borrowers_cache
 
     def _make_room(self, job: PendingJob, reason: str, message: str) -> tuple[str, str]:
         if self.stopping and self._fits_once_stopped(job):
@@ -300,6 +310,14 @@ class _Cycle:
                 self.after_stop.release(stopping.slots)
         if job.gpus > self.after_stop.free + 1e-9:
             return False
+        # the same question with nothing admitted or evicted meanwhile gets the same answer
+        key = (job.department, job.workers, job.gpus_per_worker, job.preemptible,
+               len(self.decisions.admissions), len(self.stopping))
+        if key not in self._once_stopped:
+            self._once_stopped[key] = self._fits_once_stopped_now(job)
+        return self._once_stopped[key]
+
+    def _fits_once_stopped_now(self, job: PendingJob) -> bool:
         for stopping in self.stopping:
             self.ledger.remove(stopping.department, stopping.gpus, fixed=not stopping.preemptible)
         try:

@@ -17,8 +17,10 @@ def test_the_queue_lists_waiting_jobs_in_admission_order_with_reason_and_estimat
     first = submit(world, world.bob, department="nlp", max_runtime_seconds=600)
     second = submit(world, world.carol, gpus_per_worker=2)
     queue = world.api(world.admin).get("/api/v1/queue/?cluster=local&gpu_type=sim").json()["results"]
+    # vision still holds 8 GPUs (4 borrowed) until its job has stopped: nothing of it starts meanwhile
     assert [(j["id"], j["queue_position"], j["pending_reason"]) for j in queue] == [
-        (first["id"], 1, "preemption_in_progress"), (second["id"], 2, "preemption_in_progress")]
+        (first["id"], 1, "preemption_in_progress"), (second["id"], 2, "quota_exhausted")]
+    assert queue[1]["status_message"].startswith(f"GPUs are being reclaimed for job #{first['id']} (nlp's nominal")
     assert queue[1]["estimated_start"] is not None  # at the latest when the 8-GPU job's hour is up
     assert [j["id"] for j in world.api(world.bob).get("/api/v1/queue/").json()["results"]] == [first["id"]]
     assert world.api(world.bob).get("/api/v1/queue/?gpu_type=A100").json()["count"] == 0
