@@ -21,7 +21,8 @@ The baselines never preempt, and FIFO ignores priorities.
 Priorities come from the seed: 10% high (1000, not preemptible), 70% normal (500, preemptible),
 20% low (100, preemptible). Gangs above 8 GPUs take whole nodes (num_gpu / 8 workers of 8 GPUs).
 A preempted job stops at once, loses the work since its last checkpoint (every 30 simulated minutes)
-and is queued again with its original submit time. Each cycle looks at the first 64 waiting jobs
+and is queued again with its original submit time. The scheduler is told that checkpoint cadence (as a
+portal cluster declares ``checkpoint_seconds``), never durations. Each cycle looks at the first 64 waiting jobs
 of every department (Kueue's heads), and at every waiting job that fits in its department's unused
 nominal quota wherever it stands (the portal looks at all of them; the replay, for speed, only at
 those that can start or are guaranteed to).
