@@ -5,7 +5,7 @@ of it must be visible to the user), starting one (idempotent: the board of the s
 reused, and started again when it is not running), noticing that its process became ready or died,
 recording visits, and stopping boards nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS.
 
-Processes are the backend's (BoardBackend, below, in the spirit of jobs/executors): the local
+Processes are the backend's (BoardBackend in jobs/executors/tensorboard.py, like the executors): the local
 backend runs a real `tensorboard` on this host that serves a folder of links to the jobs' event
 folders; a Kubernetes backend (Deployment + Service reading the jobs' log volume) plugs in the same
 way. The backend part imports nothing from Django.
@@ -13,17 +13,9 @@ way. The backend part imports nothing from Django.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Protocol
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -32,9 +24,9 @@ from django.utils import timezone
 
 from config.errors import Conflict, InvalidInput
 from jobs import selectors
-from jobs.executors import local_procs
 from jobs.executors.base import ExecutorError
 from jobs.executors.local_jobdir import JobDir
+from jobs.executors.tensorboard import BoardBackend, BoardError, BoardProcess, BoardSpec, LocalBoardBackend
 from jobs.models import Job, TensorBoard
 from jobs.services import executor_for
 
@@ -46,141 +38,6 @@ CLAIM_SECONDS = 60
 
 STARTING, RUNNING, STOPPED, FAILED = (TensorBoard.Status.STARTING, TensorBoard.Status.RUNNING,
                                       TensorBoard.Status.STOPPED, TensorBoard.Status.FAILED)
-
-
-# --- Backend interface ---------------------------------------------------------------
-
-class BoardError(Exception):
-    """A board could not be started or reached; ``permanent`` says whether trying again can help."""
-
-    def __init__(self, message: str, *, permanent: bool):
-        super().__init__(message)
-        self.message = message
-        self.permanent = permanent
-
-
-@dataclass(frozen=True)
-class BoardSpec:
-    board_id: int
-    path_prefix: str  # "/tensorboard/5": TensorBoard serves its UI and data API under it
-    runs: tuple[tuple[str, str], ...]  # (run name, folder of event files)
-
-
-@dataclass(frozen=True)
-class BoardProcess:
-    host: str
-    port: int
-    pid: int | None = None
-    handle: str = ""  # backend-specific identity (local: the process start time in clock ticks)
-
-
-class BoardBackend(Protocol):
-    def start(self, spec: BoardSpec) -> BoardProcess:
-        """Start serving ``spec``; returns at once, before it answers."""
-
-    def sync_runs(self, spec: BoardSpec) -> None:
-        """Show exactly ``spec.runs`` on a running board (a job got a new run since the start)."""
-
-    def alive(self, process: BoardProcess) -> bool: ...
-
-    def ready(self, process: BoardProcess) -> bool:
-        """Does it answer on its port?"""
-
-    def stop(self, process: BoardProcess) -> None:
-        """SIGTERM, a short grace, then SIGKILL."""
-
-    def output(self, board_id: int) -> str:
-        """The last lines it printed, to say why it died."""
-
-
-class LocalBoardBackend:
-    """`tensorboard` processes on this host, detached so they outlive the request that started them.
-
-    Folder: <root>/<board_id>/runs/ (one link per run, the --logdir) and tensorboard.log (its output).
-    Links rather than --logdir_spec so that a job's new run shows up without a restart.
-    """
-
-    def __init__(self, root: Path, *, binary: Path | None = None, stop_grace_seconds: float = 5):
-        self.root = Path(root)
-        self.binary = binary or Path(sys.executable).parent / "tensorboard"
-        self.stop_grace_seconds = stop_grace_seconds
-
-    def start(self, spec: BoardSpec) -> BoardProcess:
-        if not self.binary.exists():
-            raise BoardError(f"TensorBoard is not installed: {self.binary} is missing.", permanent=True)
-        self.sync_runs(spec)
-        port = _free_port()
-        # --load_fast false: the pure-Python loader, not the Rust data server (one process, no extra binary).
-        argv = [str(self.binary), "--logdir", str(self._folder(spec.board_id) / "runs"), "--path_prefix",
-                spec.path_prefix, "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"]
-        # Only what it needs from our environment: none of the portal's secrets or database URLs.
-        env = {name: value for name in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ") if (value := os.environ.get(name))}
-        try:
-            # sh starts it in the background and exits at once: the board is nobody's child here, so it
-            # outlives this process and leaves no zombie in it.
-            result = subprocess.run(
-                ["sh", "-c", 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!', "sh",
-                 str(self._folder(spec.board_id) / "tensorboard.log"), *argv],
-                stdin=subprocess.DEVNULL, capture_output=True, text=True, start_new_session=True, check=True, timeout=30,
-                env=env,
-            )
-            pid = int(result.stdout.strip())
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            raise BoardError(f"cannot start TensorBoard: {exc}", permanent=False) from exc
-        started = local_procs.start_time(pid)
-        return BoardProcess(host="127.0.0.1", port=port, pid=pid, handle=str(started or ""))
-
-    def sync_runs(self, spec: BoardSpec) -> None:
-        runs = self._folder(spec.board_id) / "runs"
-        try:
-            runs.mkdir(parents=True, exist_ok=True)
-            wanted = dict(spec.runs)
-            for link in runs.iterdir():
-                if link.name not in wanted or os.readlink(link) != wanted[link.name]:
-                    link.unlink()
-            for name, folder in wanted.items():
-                if not (runs / name).is_symlink():
-                    (runs / name).symlink_to(folder, target_is_directory=True)
-        except OSError as exc:
-            raise BoardError(f"cannot prepare the runs of TensorBoard {spec.board_id}: {exc}", permanent=False) from exc
-
-    def alive(self, process: BoardProcess) -> bool:
-        return process.pid is not None and local_procs.alive(process.pid, int(process.handle) if process.handle else None)
-
-    def ready(self, process: BoardProcess) -> bool:
-        try:
-            with socket.create_connection((process.host, process.port), timeout=0.5):
-                return True
-        except OSError:
-            return False
-
-    def stop(self, process: BoardProcess) -> None:
-        if not self.alive(process):
-            return
-        stat = local_procs.proc_stat(process.pid)
-        group = stat[1] if stat else process.pid
-        local_procs.signal_group(group, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_grace_seconds
-        while self.alive(process) and time.monotonic() < deadline:
-            time.sleep(local_procs.TICK)
-        if self.alive(process):
-            local_procs.signal_group(group, signal.SIGKILL)
-
-    def output(self, board_id: int) -> str:
-        try:
-            text = (self._folder(board_id) / "tensorboard.log").read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-10:])
-
-    def _folder(self, board_id: int) -> Path:
-        return self.root / str(board_id)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def board_backend() -> BoardBackend:
