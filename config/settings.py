@@ -207,6 +207,9 @@ LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+# The portal's own catalogues (templates, views, portal.js); compiled .mo files are committed so that
+# a machine without gettext serves Chinese too.
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

@@ -69,7 +69,7 @@ class JobConsumer(_LiveConsumer):
 
 
 class DepartmentConsumer(_LiveConsumer):
-    """``/ws/departments/<slug>/``: every job change of one department, for its members."""
+    """``/ws/departments/<slug>/``: every job change and queue move of one department, for its members."""
 
     def group_for(self, user):
         department = quota_selectors.department_get(user=user, slug=self.scope["url_route"]["kwargs"]["slug"])

@@ -68,8 +68,9 @@ class JobForm(forms.Form):
         self.fields["gpu_type"].choices = [(t, t) for t in _unique(q.pool.gpu_type for q in quotas)]
         images = [image.name for image in quota_selectors.images_for(user=user)]
         self.fields["image"].choices = [(name, name) for name in images]
+        preemptible = _("preemptible")  # outside the f-string, where makemessages cannot see it
         self.fields["priority"].choices = [
-            (p.name, f"{p.name} ({p.value}{', ' + str(_('preemptible')) if p.preemptible else ''})")
+            (p.name, f"{p.name} ({p.value}{', ' + str(preemptible) if p.preemptible else ''})")
             for p in quota_selectors.priority_classes()
         ]
         if not self.is_bound and departments:

@@ -47,7 +47,7 @@ def tokens_page(request):
 def token_revoke(request, token_id):
     token = tokens.token_revoke(user=request.user, token_id=token_id)
     if token is None:
-        raise Http404("No such token among yours.")
+        raise Http404(_("No such token among yours."))
     messages.success(
         request, _("Revoked the token “%(name)s”. Requests with its key are refused from now on.") % {"name": token.name}
     )

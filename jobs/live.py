@@ -8,11 +8,15 @@ unreachable channel layer is logged, never raised into the job's transition.
 
 Groups: ``job.<id>`` (the job page) and ``department.<id>`` (lists, queue and
 dashboard of the department's members). Consumers check who may join.
+
+Messages: ``{"type": "job", ...}`` when a job changes state; ``{"type": "queue", "jobs": [...]}``
+when a scheduling cycle only moved waiting jobs (position, reason or estimated start).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -52,10 +56,36 @@ def job_changed(*, job, events: list | None = None) -> None:
         ],
     }
     groups = [job_group(job.pk), department_group(job.department_id)]
-    transaction.on_commit(lambda: _send(groups, payload))
+    _send_after_commit(groups, payload, f"of job {job.pk}")
 
 
-def _send(groups: list[str], payload: dict) -> None:
+def queue_changed(*, jobs: list) -> None:
+    """Tell each department's pages which of its waiting jobs moved or now wait for another reason (after commit).
+
+    One message per department, naming only that department's jobs: a cycle that re-numbers a whole
+    pool sends as many messages as there are departments waiting in it, not one per job.
+    """
+    by_department = defaultdict(list)
+    for job in jobs:
+        by_department[job.department_id].append({
+            "id": job.pk,
+            "name": job.name,
+            "status": job.status,
+            "pending_reason": job.pending_reason,
+            "status_message": job.status_message,
+            "queue_position": job.queue_position,
+            "estimated_start": job.estimated_start.isoformat() if job.estimated_start else None,
+        })
+    for department_id, changed in by_department.items():
+        _send_after_commit([department_group(department_id)], {"type": "queue", "jobs": changed},
+                           f"of the queue of department {department_id}")
+
+
+def _send_after_commit(groups: list[str], payload: dict, what: str) -> None:
+    transaction.on_commit(lambda: _send(groups, payload, what))
+
+
+def _send(groups: list[str], payload: dict, what: str) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
@@ -63,4 +93,4 @@ def _send(groups: list[str], payload: dict) -> None:
         for group in groups:
             async_to_sync(layer.group_send)(group, {"type": MESSAGE_TYPE, "payload": payload})
     except Exception as exc:  # noqa: BLE001 - a push is best effort; pages poll as well
-        log.warning("live update of job %s not pushed: %s", payload["job"]["id"], exc)
+        log.warning("live update %s not pushed: %s", what, exc)

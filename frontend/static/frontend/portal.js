@@ -7,9 +7,16 @@
  * - TensorBoard: start on demand and embed; compare several jobs from the list;
  * - forms with data-confirm ask first.
  * No inline scripts: everything is wired here from data attributes.
+ * Texts go through Django's JavaScript catalogue (/jsi18n/, loaded before this file);
+ * without it they stay English.
  */
 (function () {
   "use strict";
+
+  var gettext = window.gettext || function (text) { return text; };
+  var interpolate = window.interpolate || function (format, values, named) {
+    return format.replace(/%\((\w+)\)s/g, function (match, name) { return String(values[name]); });
+  };
 
   function csrfToken() {
     var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
@@ -28,18 +35,23 @@
       return response.json().catch(function () { return {}; }).then(function (data) {
         if (!response.ok) {
           var message = data.detail || Object.keys(data).map(function (k) { return k + ": " + data[k]; }).join("; ");
-          throw new Error(message || response.status + " " + response.statusText);
+          throw new Error(message || serverError(response));
         }
         return data;
       });
     });
   }
 
+  function serverError(response) {
+    return interpolate(gettext("The server answered %(status)s %(reason)s."),
+                       { status: response.status, reason: response.statusText }, true);
+  }
+
   /* --- live updates ------------------------------------------------------------ */
 
   function mainText(attribute) {
     var main = document.querySelector("main");
-    return (main && main.getAttribute(attribute)) || "Live updates paused; retrying.";
+    return (main && main.getAttribute(attribute)) || gettext("Live updates paused; retrying.");
   }
 
   var liveStatus = null;
@@ -78,7 +90,8 @@
     socket.addEventListener("message", function (event) {
       var data;
       try { data = JSON.parse(event.data); } catch (error) { return; }
-      if (data.type === "job") refreshLiveParts();
+      // "job": a job of this page changed state; "queue": waiting jobs moved up or now wait for another reason.
+      if (data.type === "job" || data.type === "queue") refreshLiveParts();
     });
     socket.addEventListener("close", function (event) {
       if (event.code === 4401 || event.code === 4404) return;  // signed out or not allowed: do not insist
@@ -133,10 +146,10 @@
     var state = panel.querySelector("[data-logs-state]");
     var controller = null;
     var texts = {
-      following: panel.getAttribute("data-text-following") || "Following the log…",
-      paused: panel.getAttribute("data-text-paused") || "Paused. Press Follow to continue.",
-      ended: panel.getAttribute("data-text-ended") || "End of the log: the job has ended.",
-      failed: panel.getAttribute("data-text-failed") || "Could not read the log: ",
+      following: panel.getAttribute("data-text-following") || gettext("Following the log…"),
+      paused: panel.getAttribute("data-text-paused") || gettext("Paused. Press Follow to continue."),
+      ended: panel.getAttribute("data-text-ended") || gettext("End of the log: the job has ended."),
+      failed: panel.getAttribute("data-text-failed") || gettext("Could not read the log:") + " ",
     };
 
     function worker() { return workerSelect ? workerSelect.value : "0"; }
@@ -159,7 +172,7 @@
       var decoder = new TextDecoder();
       fetch(url + "?worker=" + encodeURIComponent(worker()) + "&tail=1000&follow=1", { credentials: "same-origin", signal: mine.signal })
         .then(function (response) {
-          if (!response.ok) throw new Error(response.status + " " + response.statusText);
+          if (!response.ok) throw new Error(serverError(response));
           var reader = response.body.getReader();
           function pump() {
             return reader.read().then(function (chunk) {
@@ -203,20 +216,20 @@
     if (!button) return;
     button.addEventListener("click", function () {
       button.disabled = true;
-      state.textContent = panel.getAttribute("data-text-starting") || "…";
+      state.textContent = panel.getAttribute("data-text-starting") || gettext("Starting TensorBoard…");
       postJson(panel.getAttribute("data-tensorboard-url"))
         .then(function (data) {
           frame.innerHTML = "";
           var iframe = document.createElement("iframe");
           iframe.src = data.url;
-          iframe.title = "TensorBoard";
+          iframe.title = gettext("TensorBoard of this job");
           iframe.className = "tensorboard";
           frame.appendChild(iframe);
           var link = document.createElement("a");
           link.href = data.url;
           link.target = "_blank";
           link.rel = "noopener";
-          link.textContent = panel.getAttribute("data-text-open") || data.url;
+          link.textContent = panel.getAttribute("data-text-open") || gettext("Open TensorBoard in a new tab");
           state.textContent = "";
           state.appendChild(link);
         })
