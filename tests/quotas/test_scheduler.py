@@ -381,3 +381,31 @@ def test_nothing_starts_on_borrowed_gpus_while_gpus_are_reclaimed_for_a_guarante
     # a guaranteed job of another department still starts
     own = cycle([claimant, pending(2, "nlp", gpus=1)], borrower, quotas=(quota("vision", 4), quota("nlp", 8)))
     assert admitted(own) == [2]
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs=st.lists(st.tuples(st.sampled_from(["vision", "nlp", "audio"]), st.integers(1, 3), st.booleans()),
+                     max_size=12),
+       nominals=st.tuples(st.integers(1, 6), st.integers(0, 6), st.integers(0, 4)), want=st.integers(1, 4))
+def test_a_guaranteed_job_is_admitted_or_evictions_start_for_it(runs, nominals, want):
+    """Guarantee: with nominals that fit the pool, a job within its department's nominal (workers of one GPU)
+    never just waits: it starts, or others' borrowed work is being evicted for it."""
+    quotas = (quota("vision", nominals[0]), quota("nlp", nominals[1]), quota("audio", nominals[2]))
+    nominal = {q.department: q.nominal for q in quotas}
+    live, usage, fixed, next_gpu = [], {"vision": 0, "nlp": 0, "audio": 0}, {"vision": 0, "nlp": 0, "audio": 0}, 0
+    for index, (dept, gpus, preemptible) in enumerate(runs):
+        node, first = divmod(next_gpu, 8)
+        if node > 1 or first + gpus > 8:
+            continue
+        if not preemptible and fixed[dept] + gpus > nominal[dept]:
+            continue  # the scheduler never lets work that cannot be preempted past its nominal
+        if dept == "vision" and usage["vision"] + gpus + want > nominal["vision"]:
+            continue  # keep vision's room for the job
+        live.append(running(100 + index, dept, [list(range(first, first + gpus))], node=f"n{node}", preemptible=preemptible))
+        usage[dept] += gpus
+        fixed[dept] += 0 if preemptible else gpus
+        next_gpu += gpus
+    if usage["vision"] + want > nominal["vision"]:
+        return
+    d = cycle([pending(1, "vision", gpus=1, workers=want)], live, quotas=quotas, pool={"nodes": 2, "gpus": 8})
+    assert admitted(d) == [1] or reasons(d) == {1: "preemption_in_progress"}, (reasons(d), d.waiting)
