@@ -29,6 +29,12 @@ class Ledger:
         # Sum of every department's kept-back GPUs, maintained on add/remove so a check costs O(1).
         self.kept_total = sum(self._kept_back(d) for d in set(self.quota) | set(self.usage))
 
+    def copy(self) -> Ledger:
+        clone = object.__new__(Ledger)
+        clone.pool, clone.capacity, clone.quota, clone.kept_total = self.pool, self.capacity, self.quota, self.kept_total
+        clone.usage, clone.fixed = defaultdict(float, self.usage), defaultdict(float, self.fixed)
+        return clone
+
     def nominal(self, department: str) -> float:
         quota = self.quota.get(department)
         return quota.nominal if quota else 0.0

@@ -14,8 +14,6 @@ starts again in the next cycle), a borrowed one is reclaimed.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.placement import Occupancy
 from quotas.scheduler.types import PendingJob, RunningJob
@@ -24,18 +22,14 @@ NODES_TRIED = 8  # candidate node sets per waiting job and cycle
 
 
 def find_moves(
-    job: PendingJob, ledger: Ledger, occupancy: Occupancy, running: list[RunningJob], movable: set[int],
+    job: PendingJob, ledger: Ledger, occupancy: Occupancy, on_node: dict[str, list[RunningJob]], movable: set[int],
 ) -> list[tuple[RunningJob, str]] | None:
     """(victim, "reclaim" | "move") pairs that let ``job`` in with every guaranteed victim placed again, or None.
 
-    ``running``: every workload holding GPUs in the pool; ``movable``: ids of those that may be evicted.
+    ``on_node``: node -> the workloads holding GPUs there; ``movable``: ids of those that may be evicted.
     """
     if job.gpus_per_worker < 1 or not ledger.within_nominal(job.department, job.gpus):
         return None
-    on_node: dict[str, list[RunningJob]] = defaultdict(list)
-    for run in running:
-        for node in {slot.node for slot in run.slots}:
-            on_node[node].append(run)
     need = int(job.gpus_per_worker)
     options = []  # (GPUs to evict, node, victims) for nodes that can be cleared enough
     for node in occupancy.pool.nodes:
