@@ -1,3 +1,464 @@
-"""Traffic between a deployment's variants: variant choice, sticky hashing, rollout steps, guardrails and
-A/B statistics. Pure: no Django, no I/O (DESIGN.md "Layers").
+"""Traffic between a deployment's variants: variant choice, sticky hashing, rollout steps, guardrails, latency
+histograms, A/B statistics and shadow agreement. Pure: no Django, no I/O; the clock (``now``, seconds since the
+epoch) and randomness (``rng``) are passed in (DESIGN.md "Layers", "Models and serving").
+
+Weights are integer percents. Rates are fractions (0.05 = 5 %). Rollout plans and states are dataclasses with
+``to_json()`` / ``from_json()`` so that they live in ``Deployment.rollout``. Stats arguments may be anything with
+``requests``, ``errors`` and ``latency_counts`` (a ``VariantStats`` row, or ``Stats`` here).
 """
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from bisect import bisect_left
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, NamedTuple
+
+MAX_VARIANTS = 10
+STICKY_BUCKETS = 10_000
+_SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,40}$")  # Variant.name is a SlugField(max_length=40)
+
+
+# --- Variant choice ---------------------------------------------------------------------------------------
+
+class VariantWeight(NamedTuple):
+    name: str
+    weight: int
+    shadow: bool = False
+
+
+@dataclass(frozen=True)
+class Choice:
+    variant: str  # answers the request
+    shadows: tuple[str, ...] = ()  # get a copy of the request; their answers are only compared
+
+
+def _fields(variant: Any) -> tuple[Any, Any, Any]:
+    if isinstance(variant, dict):
+        return variant.get("name"), variant.get("weight", 0), variant.get("shadow", False)
+    if isinstance(variant, tuple) and not hasattr(variant, "name"):
+        return VariantWeight(*variant)
+    return variant.name, variant.weight, variant.shadow
+
+
+def validate_variants(variants) -> dict[str, list[str]]:
+    """Messages per field (``variants``, ``name``, ``weight``) for a deployment's variants; empty when valid.
+
+    Each variant is a ``VariantWeight``, a ``(name, weight, shadow)`` tuple, a dict as in the API or a row."""
+    errors: dict[str, list[str]] = {}
+
+    def add(key: str, message: str) -> None:
+        errors.setdefault(key, []).append(message)
+
+    rows = [_fields(v) for v in variants]
+    if not rows:
+        add("variants", "A deployment needs at least one variant.")
+    if len(rows) > MAX_VARIANTS:
+        add("variants", f"A deployment has at most {MAX_VARIANTS} variants, not {len(rows)}.")
+    seen: set[str] = set()
+    total = 0
+    for name, weight, shadow in rows:
+        if not isinstance(name, str) or not _SLUG.match(name):
+            add("name", f"Variant name {name!r} must be 1 to 40 letters, digits, '-' or '_'.")
+        elif name in seen:
+            add("name", f"Variant name {name!r} is used twice.")
+        seen.add(name)
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
+            add("weight", f"Variant {name!r}: weight must be an integer percent from 0 to 100, not {weight!r}.")
+        elif shadow and weight:
+            add("weight", f"Variant {name!r} is a shadow: its weight must be 0, not {weight}.")
+        elif not shadow:
+            total += weight
+    if rows and all(shadow for _, _, shadow in rows):
+        add("variants", "At least one variant must not be a shadow: shadows only get copies of requests.")
+    if "weight" not in errors and any(not shadow for _, _, shadow in rows) and total != 100:
+        add("weight", f"The weights of the variants that answer must sum to 100, not {total}.")
+    return errors
+
+
+def sticky_bucket(routing_key: str) -> int:
+    """0 .. STICKY_BUCKETS-1; stable across processes and releases (unlike hash(), which is salted)."""
+    digest = hashlib.blake2b(routing_key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % STICKY_BUCKETS
+
+
+def choose(variants, *, routing_key: str | None = None, sticky: bool = True, rng) -> Choice:
+    """The variant that answers a request, and the shadows that get a copy.
+
+    The buckets lie over the cumulative weights in variant-name order, so a key keeps its variant while the
+    weights stay, and when weight moves between neighbours in name order (always so with two variants) only
+    keys of the variant that lost weight move, into the one that gained it. Without a key (or not sticky):
+    weighted random with ``rng`` (anything with ``random()``, e.g. ``random.Random``)."""
+    rows = sorted(_fields(v) for v in variants)
+    answering = [(name, weight) for name, weight, shadow in rows if not shadow and weight > 0]
+    total = sum(weight for _, weight in answering)
+    if not total:
+        raise ValueError("No variant has a weight above 0: there is nobody to answer.")
+    if sticky and routing_key is not None:
+        bucket = sticky_bucket(routing_key)
+    else:
+        bucket = min(int(rng.random() * STICKY_BUCKETS), STICKY_BUCKETS - 1)
+    cumulative = 0
+    for name, weight in answering:
+        cumulative += weight
+        if bucket * total < cumulative * STICKY_BUCKETS:
+            break
+    return Choice(variant=name, shadows=tuple(name for name, _, shadow in rows if shadow))
+
+
+# --- Latency histograms -----------------------------------------------------------------------------------
+
+def _log_bounds(low: float, high: float, buckets: int) -> tuple[float, ...]:
+    return tuple(float(f"{low * (high / low) ** (i / buckets):.3g}") for i in range(buckets + 1))
+
+
+# Upper bounds in ms, each about 18 % above the previous one. counts[i] holds observations in
+# (LATENCY_BUCKETS_MS[i-1], LATENCY_BUCKETS_MS[i]]; the last count (one more than the bounds) is "over 60 s".
+LATENCY_BUCKETS_MS = _log_bounds(0.1, 60_000.0, 80)
+HISTOGRAM_SIZE = len(LATENCY_BUCKETS_MS) + 1
+
+
+def empty_histogram() -> list[int]:
+    return [0] * HISTOGRAM_SIZE
+
+
+def _full(counts) -> list[int]:
+    counts = list(counts or ())
+    if len(counts) > HISTOGRAM_SIZE:
+        raise ValueError(f"A latency histogram has {HISTOGRAM_SIZE} counts, not {len(counts)}.")
+    return counts + [0] * (HISTOGRAM_SIZE - len(counts))
+
+
+def observe(counts: list[int], ms: float) -> list[int]:
+    """Count one latency into ``counts`` in place (an empty list becomes a histogram) and return it."""
+    if len(counts) < HISTOGRAM_SIZE:
+        counts.extend([0] * (HISTOGRAM_SIZE - len(counts)))
+    counts[bisect_left(LATENCY_BUCKETS_MS, ms)] += 1
+    return counts
+
+
+def merge(a, b) -> list[int]:
+    return [x + y for x, y in zip(_full(a), _full(b))]
+
+
+def subtract(later, earlier) -> list[int]:
+    """What was observed between two snapshots of the same counters."""
+    return [max(x - y, 0) for x, y in zip(_full(later), _full(earlier))]
+
+
+def percentile(counts, q: float) -> float | None:
+    """The q-th percentile (0..100) in ms, interpolated linearly inside its bucket; None without observations.
+    Beyond the last bound it answers the last bound (60 s): the histogram only knows "longer"."""
+    counts = _full(counts)
+    total = sum(counts)
+    if not total:
+        return None
+    target = min(max(q, 0.0), 100.0) / 100 * total
+    seen = 0
+    for index, count in enumerate(counts):
+        if count and seen + count >= target:
+            if index == len(LATENCY_BUCKETS_MS):
+                return LATENCY_BUCKETS_MS[-1]
+            low = LATENCY_BUCKETS_MS[index - 1] if index else 0.0
+            high = LATENCY_BUCKETS_MS[index]
+            return low + (high - low) * max(target - seen, 0) / count
+        seen += count
+    return LATENCY_BUCKETS_MS[-1]  # pragma: no cover - the loop always reaches the last observation
+
+
+def latency_summary(counts) -> dict[str, float | None]:
+    return {f"p{q}": percentile(counts, q) for q in (50, 95, 99)}
+
+
+# --- Rollouts: canary and rolling -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Stats:
+    requests: int = 0
+    errors: int = 0
+    latency_counts: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, stats) -> Stats:
+        if stats is None:  # a variant without counters yet
+            return cls(latency_counts=empty_histogram())
+        return cls(int(stats.requests), int(stats.errors), _full(stats.latency_counts))
+
+    def since(self, earlier: Stats) -> Stats:
+        return Stats(max(self.requests - earlier.requests, 0), max(self.errors - earlier.errors, 0),
+                     subtract(self.latency_counts, earlier.latency_counts))
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+
+@dataclass(frozen=True)
+class Guardrails:
+    max_error_rate_increase: float = 0.05  # the new variant's error rate may exceed the baseline's by 5 points
+    max_p95_latency_ratio: float = 1.5  # and its p95 latency may be at most 1.5 x the baseline's
+
+    def breach(self, baseline: Stats, new: Stats, *, label: str) -> str | None:
+        """Why ``new`` is worse than allowed, naming the numbers; None when it is within the guardrails."""
+        if new.error_rate > baseline.error_rate + self.max_error_rate_increase:
+            return (f"{label} error rate {new.error_rate:.1%} vs baseline {baseline.error_rate:.1%} "
+                    f"(allowed +{self.max_error_rate_increase * 100:.1f} points)")
+        new_p95, baseline_p95 = percentile(new.latency_counts, 95), percentile(baseline.latency_counts, 95)
+        if new_p95 is not None and baseline_p95 and new_p95 > baseline_p95 * self.max_p95_latency_ratio:
+            return (f"{label} p95 latency {new_p95:.1f} ms vs baseline {baseline_p95:.1f} ms "
+                    f"(allowed x{self.max_p95_latency_ratio:g})")
+        return None
+
+
+def _check_common(step_seconds: float, min_requests: int, guardrails: Guardrails) -> None:
+    if step_seconds < 0 or min_requests < 0:
+        raise ValueError("step_seconds and min_requests cannot be negative.")
+    if guardrails.max_error_rate_increase < 0 or guardrails.max_p95_latency_ratio < 1:
+        raise ValueError("Guardrails allow an error-rate increase >= 0 and a p95 latency ratio >= 1.")
+
+
+@dataclass(frozen=True)
+class CanaryPlan:
+    steps: tuple[int, ...] = (10, 25, 50, 100)  # the canary's weight at each step
+    step_seconds: float = 300  # each step lasts at least this long
+    min_requests: int = 100  # canary requests per step before it is judged
+    guardrails: Guardrails = Guardrails()
+
+    def __post_init__(self):
+        steps = tuple(self.steps)
+        object.__setattr__(self, "steps", steps)
+        if not steps or steps[-1] != 100 or any(not 0 < s <= 100 for s in steps) or list(steps) != sorted(set(steps)):
+            raise ValueError(f"Canary steps must be increasing percents ending at 100, not {list(steps)}.")
+        _check_common(self.step_seconds, self.min_requests, self.guardrails)
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"steps": list(self.steps)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> CanaryPlan:
+        return cls(**(data | {"guardrails": Guardrails(**data.get("guardrails", {}))}))
+
+
+@dataclass(frozen=True)
+class RollingPlan:
+    step_percent: int = 25  # the new variant's weight grows by this much per step
+    step_seconds: float = 120
+    min_requests: int = 50  # requests to the new variant per step before it is judged
+    progress_deadline_seconds: float = 600  # servers not all ready for this long: roll back
+    guardrails: Guardrails = Guardrails()
+
+    def __post_init__(self):
+        if not 0 < self.step_percent <= 100:
+            raise ValueError(f"step_percent must be from 1 to 100, not {self.step_percent}.")
+        _check_common(self.step_seconds, self.min_requests, self.guardrails)
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        return tuple(range(self.step_percent, 100, self.step_percent)) + (100,)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RollingPlan:
+        return cls(**(data | {"guardrails": Guardrails(**data.get("guardrails", {}))}))
+
+
+RUNNING, COMPLETED, ROLLED_BACK = "running", "completed", "rolled_back"
+HOLD, ADVANCE, COMPLETE, ROLLBACK = "hold", "advance", "complete", "rollback"
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    """Where a rollout stands; the counters at the start of the step, so each step is judged on its own traffic."""
+
+    step: int  # index into the plan's steps; -1: not started (rolling waits for ready servers)
+    weight: int  # the new variant's weight now; the baseline has 100 - weight
+    step_started_at: float
+    status: str = RUNNING
+    baseline_mark: Stats = Stats()
+    new_mark: Stats = Stats()
+    reason: str = ""
+    unready_since: float | None = None  # rolling: since when the new variant has had servers not ready
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RolloutState:
+        return cls(**(data | {"baseline_mark": Stats(**data["baseline_mark"]), "new_mark": Stats(**data["new_mark"])}))
+
+
+@dataclass(frozen=True)
+class RolloutAction:
+    kind: str  # hold | advance | complete | rollback
+    weight: int  # the new variant's weight to apply (the baseline gets 100 - weight)
+    state: RolloutState  # to store in Deployment.rollout
+    reason: str
+
+
+def _start(steps, step: int, baseline_stats, new_stats, now: float) -> RolloutState:
+    return RolloutState(step=step, weight=steps[step] if step >= 0 else 0, step_started_at=now,
+                        baseline_mark=Stats.of(baseline_stats), new_mark=Stats.of(new_stats))
+
+
+def canary_start(plan: CanaryPlan, *, baseline_stats, canary_stats, now: float) -> RolloutState:
+    """The canary begins at the first step's weight."""
+    return _start(plan.steps, 0, baseline_stats, canary_stats, now)
+
+
+def rolling_start(plan: RollingPlan, *, old_stats, new_stats, now: float) -> RolloutState:
+    """The new variant begins at weight 0 and gets its first share once its servers are ready."""
+    return _start(plan.steps, -1, old_stats, new_stats, now)
+
+
+def _step_next(plan, steps, state: RolloutState, baseline_stats, new_stats, now: float, label: str) -> RolloutAction:
+    if state.status != RUNNING:
+        return RolloutAction(HOLD, state.weight, state, f"the rollout is {state.status.replace('_', ' ')}")
+    baseline = Stats.of(baseline_stats).since(state.baseline_mark)
+    new = Stats.of(new_stats).since(state.new_mark)
+    if new.requests < plan.min_requests:
+        return RolloutAction(HOLD, state.weight, state,
+                             f"{label} has {new.requests} of {plan.min_requests} requests needed at {state.weight}%")
+    breach = plan.guardrails.breach(baseline, new, label=label)
+    if breach:
+        done = replace(state, status=ROLLED_BACK, weight=0, reason=breach, step_started_at=now)
+        return RolloutAction(ROLLBACK, 0, done, breach)
+    waited = now - state.step_started_at
+    if waited < plan.step_seconds:
+        return RolloutAction(HOLD, state.weight, state,
+                             f"{label} healthy at {state.weight}%; next step in {plan.step_seconds - waited:.0f} s")
+    return _advance(steps, state, baseline_stats, new_stats, now, label)
+
+
+def _advance(steps, state: RolloutState, baseline_stats, new_stats, now: float, label: str) -> RolloutAction:
+    following = _start(steps, state.step + 1, baseline_stats, new_stats, now)
+    if following.weight == 100:
+        reason = f"{label} healthy at every step: it takes all traffic"
+        return RolloutAction(COMPLETE, 100, replace(following, status=COMPLETED, reason=reason), reason)
+    reason = f"{label} healthy at {state.weight}%: now {following.weight}%"
+    return RolloutAction(ADVANCE, following.weight, replace(following, reason=reason), reason)
+
+
+def canary_next(plan: CanaryPlan, state: RolloutState, baseline_stats, canary_stats, now: float) -> RolloutAction:
+    """Hold, advance to the next weight, complete (100 %), or roll back when a guardrail is breached.
+
+    A step is judged once the canary has ``min_requests`` requests in it; it rolls back as soon as a guardrail
+    is breached, and advances once the step has lasted ``step_seconds`` within the guardrails."""
+    return _step_next(plan, plan.steps, state, baseline_stats, canary_stats, now, "canary")
+
+
+def rolling_next(plan: RollingPlan, state: RolloutState, old_stats, new_stats, *, ready_servers: int,
+                 replicas: int, now: float) -> RolloutAction:
+    """Move traffic from the old variant to the new one a step at a time, each step gated on the new variant's
+    servers being ready (all ``replicas``) and its error rate and latency staying within the guardrails."""
+    if state.status == RUNNING and ready_servers < replicas:
+        since = state.unready_since if state.unready_since is not None else now
+        if now - since >= plan.progress_deadline_seconds:
+            reason = f"new variant has {ready_servers} of {replicas} servers ready after {now - since:.0f} s"
+            done = replace(state, status=ROLLED_BACK, weight=0, reason=reason, step_started_at=now)
+            return RolloutAction(ROLLBACK, 0, done, reason)
+        reason = f"waiting for the new variant's servers: {ready_servers} of {replicas} ready"
+        return RolloutAction(HOLD, state.weight, replace(state, unready_since=since), reason)
+    if state.unready_since is not None:
+        state = replace(state, unready_since=None)
+    if state.status == RUNNING and state.step < 0:
+        return _advance(plan.steps, state, old_stats, new_stats, now, "new variant")
+    return _step_next(plan, plan.steps, state, old_stats, new_stats, now, "new variant")
+
+
+# --- A/B statistics ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Outcomes:
+    successes: int
+    trials: int
+    name: str = ""  # the variant's name, for Comparison.winner ("a" / "b" when empty)
+
+    @property
+    def rate(self) -> float:
+        return self.successes / self.trials if self.trials else 0.0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    p_value: float  # two-proportion z-test (pooled): valid only when looked at once, at a planned size
+    sequential_p_value: float  # always valid (mSPRT): may be watched after every request
+    significant: bool  # sequential_p_value <= alpha
+    winner: str | None  # the variant with the higher rate, only when significant
+    rate_a: float
+    rate_b: float
+    difference: float  # rate_b - rate_a
+    ci_low: float  # (1 - alpha) confidence interval of the difference, always valid like the sequential test
+    ci_high: float
+
+
+def compare(a: Outcomes, b: Outcomes, *, alpha: float = 0.05, tau: float = 0.05) -> Comparison:
+    """Compare the success rates of two variants.
+
+    The sequential test is the mixture SPRT of Johari et al., "Always Valid Inference" (2017), on the normal
+    approximation of the difference of proportions, mixing over the true difference with N(0, tau^2); tau is
+    the size of difference one expects (0.05 = 5 points). Under no difference, the chance that its p-value ever
+    drops to alpha, however often it is looked at, is at most alpha. It is declared only at the look it holds:
+    a caller that shows it over time may keep the running minimum."""
+    if not 0 < alpha < 1 or tau <= 0:
+        raise ValueError("alpha must lie between 0 and 1 and tau be above 0.")
+    for outcomes in (a, b):
+        if outcomes.trials < 0 or not 0 <= outcomes.successes <= outcomes.trials:
+            raise ValueError(f"Outcomes need 0 <= successes <= trials, not {outcomes.successes} of {outcomes.trials}.")
+    rate_a, rate_b = a.rate, b.rate
+    difference = rate_b - rate_a
+    p_value = sequential = 1.0
+    ci_low, ci_high = -1.0, 1.0
+    if a.trials and b.trials:
+        pooled = (a.successes + b.successes) / (a.trials + b.trials)
+        null_variance = pooled * (1 - pooled) * (1 / a.trials + 1 / b.trials)
+        if null_variance > 0:
+            p_value = min(1.0, math.erfc(abs(difference) / math.sqrt(2 * null_variance)))
+            sequential = min(1.0, 1 / _mixture_likelihood_ratio(difference, null_variance, tau))
+        # Agresti-Caffo: one success and one failure more per variant, so that 0 of 40 has a width too
+        adjusted_a, adjusted_b = (a.successes + 1) / (a.trials + 2), (b.successes + 1) / (b.trials + 2)
+        variance = adjusted_a * (1 - adjusted_a) / (a.trials + 2) + adjusted_b * (1 - adjusted_b) / (b.trials + 2)
+        half_width = _always_valid_half_width(variance, tau, alpha)
+        ci_low, ci_high = max(difference - half_width, -1.0), min(difference + half_width, 1.0)
+    significant = sequential <= alpha
+    winner = None
+    if significant and difference:
+        winner = (b.name or "b") if difference > 0 else (a.name or "a")
+    return Comparison(p_value=p_value, sequential_p_value=sequential, significant=significant, winner=winner,
+                      rate_a=rate_a, rate_b=rate_b, difference=difference, ci_low=ci_low, ci_high=ci_high)
+
+
+def _mixture_likelihood_ratio(difference: float, variance: float, tau: float) -> float:
+    mixed = variance + tau * tau
+    exponent = tau * tau * difference * difference / (2 * variance * mixed)
+    return math.exp(min(exponent, 700.0)) * math.sqrt(variance / mixed)
+
+
+def _always_valid_half_width(variance: float, tau: float, alpha: float) -> float:
+    """The differences theta with likelihood ratio below 1/alpha: |estimate - theta| <= this."""
+    if variance <= 0:
+        return 0.0
+    mixed = variance + tau * tau
+    return math.sqrt(variance * mixed / (tau * tau) * (2 * math.log(1 / alpha) + math.log(mixed / variance)))
+
+
+# --- Shadow agreement -------------------------------------------------------------------------------------
+
+def agree(primary_prediction, shadow_prediction, *, tolerance: float = 1e-6) -> bool:
+    """Whether a shadow's answer matches the primary's: numbers within ``tolerance`` (absolute or relative),
+    strings and booleans equal, lists and dicts element by element."""
+    p, s = primary_prediction, shadow_prediction
+    if isinstance(p, bool) or isinstance(s, bool) or isinstance(p, str) or isinstance(s, str) or p is None or s is None:
+        return type(p) is type(s) and p == s
+    if isinstance(p, (int, float)) and isinstance(s, (int, float)):
+        if math.isnan(p) or math.isnan(s):
+            return math.isnan(p) and math.isnan(s)
+        return math.isclose(p, s, rel_tol=tolerance, abs_tol=tolerance)
+    if isinstance(p, (list, tuple)) and isinstance(s, (list, tuple)):
+        return len(p) == len(s) and all(agree(x, y, tolerance=tolerance) for x, y in zip(p, s))
+    if isinstance(p, dict) and isinstance(s, dict):
+        return p.keys() == s.keys() and all(agree(p[k], s[k], tolerance=tolerance) for k in p)
+    return False
