@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: install install-dev run test migrate clean
+.PHONY: install install-dev chromium run test migrate clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,17 @@ run: migrate
 	@echo "Starting web, worker and scheduler; Ctrl-C stops them all."
 	$(VENV)/bin/honcho --procfile platform/Procfile --app-root . start --port $(PORT)
 
-# Tests keep their files (test databases, broker folder) apart from `make run`'s.
-test: install-dev
+# The browser tests (tests/browser) drive Debian's Chromium, never a browser Playwright downloads.
+# A CJK font too, so that screenshots of the Chinese pages show characters, not boxes.
+chromium:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -d /usr/share/fonts/truetype/wqy ]; then \
+	  sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$sudo apt-get update -q && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium fonts-wqy-microhei; \
+	fi
+
+# Tests keep their files (test databases, broker folder, screenshots) apart from `make run`'s.
+test: install-dev chromium
 	PORTAL_DATA_ROOT="$${PORTAL_TEST_DATA_ROOT:-$(CURDIR)/var/test}" $(PY) -m pytest
 
 clean:

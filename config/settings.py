@@ -45,7 +45,13 @@ def _settings_from_env():
         "log_level": env.str("PORTAL_LOG_LEVEL", "INFO").upper(),
         "reconcile_seconds": env.int("PORTAL_RECONCILE_SECONDS", 2, minimum=1, maximum=3600),
         "tensorboard_idle_seconds": env.int("PORTAL_TENSORBOARD_IDLE_SECONDS", 1800, minimum=60, maximum=7 * 86400),
+        "artifact_root": _absolute(Path(env.str("PORTAL_ARTIFACT_ROOT", str(data_root / "artifacts")))),
+        "artifact_import_dirs": [_absolute(Path(p)) for p in env.list("PORTAL_ARTIFACT_IMPORT_DIRS", [])],
     }
+
+
+def _absolute(path: Path) -> Path:
+    return path if path.is_absolute() else (BASE_DIR / path).resolve()
 
 
 def _local_secret_key(data_root: Path) -> str:
@@ -65,6 +71,10 @@ PORTAL_DATA_ROOT = _s["data_root"]
 PORTAL_PORT = _s["port"]
 # A TensorBoard nobody has opened for this long is stopped (jobs.tasks.reconcile_tensorboards).
 PORTAL_TENSORBOARD_IDLE_SECONDS = _s["tensorboard_idle_seconds"]
+# Registered model versions keep a copy of their artifact here (models_registry/artifacts.py).
+PORTAL_ARTIFACT_ROOT = _s["artifact_root"]
+# Folders from which a version may be registered by a file:// URI (copied into the store); none by default.
+PORTAL_ARTIFACT_IMPORT_DIRS = _s["artifact_import_dirs"]
 REDIS_URL = _s["redis_url"]
 SECRET_KEY = _s["secret_key"]
 DEBUG = _s["debug"]
@@ -152,6 +162,7 @@ else:
     for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://localhost/"
+    CELERY_BROKER_TRANSPORT = "config.broker:Transport"  # writes and claims messages atomically
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
@@ -192,6 +203,8 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-jobs": {"task": "jobs.tasks.reconcile_jobs", "schedule": float(_s["reconcile_seconds"])},
     # Stop TensorBoards nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS; show jobs' new runs on the others.
     "reconcile-tensorboards": {"task": "jobs.tasks.reconcile_tensorboards", "schedule": 60.0},
+    # Model servers of deployment variants (start, restart crashed ones, stop removed ones) and rollout steps.
+    "reconcile-model-servers": {"task": "models_registry.tasks.reconcile_servers", "schedule": 3.0},
 }
 
 # --- Auth, i18n, static ------------------------------------------------------

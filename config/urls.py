@@ -8,6 +8,8 @@ from config.health import healthz
 api_v1 = [
     path("", include("quotas.urls")),
     path("", include("jobs.urls")),
+    path("", include("models_registry.urls")),
+    path("", include("models_registry.deployments_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
@@ -19,5 +21,8 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["frontend"]), name="javascript-catalog"),
     path("tensorboard/", include("jobs.proxy")),
+    path("serve/", include("models_registry.router")),
+    path("deployments/", include("models_registry.deployment_urls_ui")),
+    path("models/", include("models_registry.urls_ui")),
     path("", include("frontend.urls")),
 ]

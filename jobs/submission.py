@@ -156,7 +156,10 @@ def _cluster(data, department, fail):
         return cluster
     if department is None:
         return None
-    quota = Quota.objects.filter(department=department).select_related("pool__cluster").order_by("pool__cluster__name").first()
+    # the department's first cluster: the oldest one it has quota on (a newly added cluster does not
+    # silently become everybody's default)
+    quota = (Quota.objects.filter(department=department).select_related("pool__cluster")
+             .order_by("pool__cluster_id", "pool__gpu_type").first())
     if quota is None:
         fail("cluster", f"Department {department.slug} has no GPU quota on any cluster; ask a platform admin for one.")
         return None

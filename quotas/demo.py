@@ -1,4 +1,5 @@
-"""The demo world that `make run` loads: two departments, four users, a local cluster.
+"""The demo world that `make run` loads: two departments, four users, a local cluster, and on request a
+Kubernetes cluster (`k8s-demo`) to render manifests for.
 
 Idempotent: running it again adds what is missing and changes nothing an
 admin has since edited (quotas, passwords), except that an explicit
@@ -30,6 +31,22 @@ USERS = [
 # Preemptible work may borrow idle GPUs beyond its department's quota (and is reclaimed when the
 # owner needs them); "high" never is, so it runs only within quota.
 PRIORITIES = [("high", 1000, False), ("normal", 500, True), ("low", 100, True)]
+# A Kubernetes cluster the demo cannot reach but can render manifests for (manage.py render_manifests):
+# pools as (GPU type, nodes, GPUs per node, GPU memory GB, shareable); each department gets half of each.
+K8S_DEMO = "k8s-demo"
+K8S_DEMO_POOLS = [("V100", 4, 8, 32, False), ("T4", 8, 4, 16, True)]
+K8S_DEMO_SETTINGS = {
+    "namespace_prefix": "portal-",
+    "gpu_resource": "nvidia.com/gpu",
+    "shared_gpu_resource": "aliyun.com/gpu-mem",  # ACK cGPU: GiB of GPU memory
+    "shared_gpu_unit": "GiB",
+    "gpu_node_label": "nvidia.com/gpu.product",
+    "gpu_node_values": {"V100": "Tesla-V100-SXM2-32GB", "T4": "Tesla-T4"},
+    "image_registry": "registry.example.com/gpu-portal",
+    "storage_pvcs": {"vision-datasets": "vision-datasets"},
+    "job_volume_pvc": "portal-jobs",
+    "grace_seconds": 30,
+}
 IMAGES = [
     # name, framework, image reference, packages the local executor installs in its place
     ("python", "python", "python:3.11-slim", []),
@@ -46,7 +63,14 @@ class DemoResult:
     pools: list[DetectedPool]
 
 
-def demo_load(*, data_root: Path, pools: list[DetectedPool], password: str | None) -> DemoResult:
+def demo_load(
+    *, data_root: Path, pools: list[DetectedPool], password: str | None, with_kubernetes: bool = False,
+) -> DemoResult:
+    """Load the demo world; ``with_kubernetes`` adds the k8s-demo cluster and quotas on it.
+
+    Opt-in for now: a submission that names no cluster goes to the first cluster (by name) where its
+    department has quota, and "k8s-demo" sorts before "local".
+    """
     source = "PORTAL_DEMO_PASSWORD"
     password_file = data_root / "demo-password"
     if password is None:
@@ -98,6 +122,9 @@ def demo_load(*, data_root: Path, pools: list[DetectedPool], password: str | Non
                         defaults={"nominal": share + (rest if index == 0 else 0), "borrowing_limit": None},
                     )
 
+        if with_kubernetes:
+            _load_k8s_demo(departments)
+
         for name, value, preemptible in PRIORITIES:
             PriorityClass.objects.get_or_create(name=name, defaults={"value": value, "preemptible": preemptible})
         for name, framework, reference, packages in IMAGES:
@@ -113,6 +140,23 @@ def demo_load(*, data_root: Path, pools: list[DetectedPool], password: str | Non
                 defaults={"kind": Storage.Kind.LOCAL, "local_path": str(path), "description": "Demo data sets"},
             )
     return DemoResult(password=password, password_source=source, users=summary, pools=pools)
+
+
+def _load_k8s_demo(departments: dict[str, Department]) -> None:
+    k8s, _ = Cluster.objects.get_or_create(
+        name=K8S_DEMO, defaults={"backend": Cluster.Backend.KUBERNETES, "settings": K8S_DEMO_SETTINGS},
+    )
+    for gpu_type, nodes, per_node, memory, shareable in K8S_DEMO_POOLS:
+        pool, created = GpuPool.objects.get_or_create(
+            cluster=k8s, gpu_type=gpu_type,
+            defaults={"nodes": nodes, "gpus_per_node": per_node, "gpu_memory_gb": memory, "shareable": shareable},
+        )
+        if created:
+            for department in departments.values():
+                Quota.objects.get_or_create(
+                    department=department, pool=pool,
+                    defaults={"nominal": pool.total // len(departments), "borrowing_limit": None},
+                )
 
 
 def publish_example_repo(*, source: Path, target: Path) -> str:

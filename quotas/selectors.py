@@ -305,9 +305,9 @@ def departments_usable(*, user) -> QuerySet[Department]:
 
 
 def quotas_of(*, departments) -> QuerySet[Quota]:
-    """Quotas of these departments, in the order submission picks defaults (cluster name, then GPU type)."""
+    """Quotas of these departments, in the order submission picks defaults (oldest cluster, then GPU type)."""
     return Quota.objects.filter(department__in=departments).select_related("department", "pool__cluster").order_by(
-        "department__slug", "pool__cluster__name", "pool__gpu_type"
+        "department__slug", "pool__cluster_id", "pool__gpu_type"
     )
 
 

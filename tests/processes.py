@@ -97,6 +97,13 @@ class Processes:
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
         )
 
+    def beat(self) -> subprocess.Popen:
+        """Celery beat: the periodic tasks (job reconcile every PORTAL_RECONCILE_SECONDS, idle TensorBoards).
+
+        Its schedule file goes where the settings put it: under the process's PORTAL_DATA_ROOT.
+        """
+        return self.start("beat", [str(BIN / "celery"), "--app", "config", "beat", "--loglevel", "INFO"])
+
     def logs(self) -> str:
         return "\n".join(f"--- {p.name} ---\n{p.read_text(errors='replace')}" for p in sorted(self.log_dir.glob("*.log")))
 

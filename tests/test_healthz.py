@@ -18,6 +18,7 @@ def test_it_reports_database_broker_and_channel_layer_healthy(client):
 @pytest.mark.django_db(transaction=True, databases="__all__")
 def test_it_answers_503_and_names_the_broken_part(client, monkeypatch):
     monkeypatch.setattr(celery_app.conf, "broker_url", "redis://127.0.0.1:1/0")
+    monkeypatch.setitem(celery_app.conf, "broker_transport", None)  # the embedded setting names its own transport
     response = client.get("/healthz")
     assert response.status_code == 503
     body = response.json()

@@ -12,7 +12,7 @@ from quotas.tokens import token_create
 
 
 class Command(BaseCommand):
-    help = "Load the demo departments, users and local cluster (idempotent) and print the logins."
+    help = "Load the demo departments, users, the local cluster and k8s-demo (idempotent) and print the logins."
 
     def add_arguments(self, parser):
         parser.add_argument("--url", default=f"http://127.0.0.1:{settings.PORTAL_PORT}/", help="URL to print")
@@ -22,6 +22,7 @@ class Command(BaseCommand):
             data_root=settings.PORTAL_DATA_ROOT,
             pools=detect_local_gpus(),
             password=os.environ.get("PORTAL_DEMO_PASSWORD") or None,
+            with_kubernetes=True,
         )
         out = self.stdout
         out.write("")
@@ -30,6 +31,8 @@ class Command(BaseCommand):
         for pool in result.pools:
             kind = "simulated" if pool.simulated else "detected with nvidia-smi"
             out.write(f"  GPUs:      {pool.gpus} x {pool.gpu_type} ({kind}) in cluster 'local'")
+        out.write("  Cluster 'k8s-demo' (kubernetes, no cluster behind it): render its manifests with "
+                  "`python manage.py render_manifests --spec SPEC.json`")
         out.write(f"  Demo logins (password: {result.password}  from {result.password_source}):")
         for username, what in result.users:
             out.write(f"    {username:<6} {what}")

@@ -1,0 +1,425 @@
+"""Job spec + placement + cluster settings -> Kubernetes manifests (plain dicts). Pure: no Django, no I/O.
+
+What a job becomes on a cluster:
+- framework ``pytorch`` (or any multi-worker job of another framework except tensorflow and mpi): a
+  PyTorchJob (kubeflow.org/v1), one Master and ``workers - 1`` Workers, container ``pytorch``;
+- ``tensorflow``: a TFJob (kubeflow.org/v1), ``workers`` Workers, container ``tensorflow``;
+- ``mpi``: an MPIJob (kubeflow.org/v2beta1, the standalone MPI Operator): a Launcher that runs the command
+  (``mpirun ...``) and ``workers`` Workers running sshd, each with the code and requirements;
+- anything else with one worker: a batch/v1 Job.
+
+Every pod fetches the code in an init container (git, at the resolved commit when there is one) and
+installs the requirements with the job's own image into a shared emptyDir that the main container
+puts on PYTHONPATH. The code URL, ref and requirements travel only as environment values and argv
+items of constant scripts, never inside a shell string.
+
+The job environment contract (DESIGN.md) on Kubernetes:
+- set here: PORTAL_JOB_ID, PORTAL_JOB_NAME, LOCAL_RANK (one process per pod: 0), CUDA_VISIBLE_DEVICES
+  (0..n-1: the device plugin shows a container only its own GPUs; "" without GPUs),
+  PORTAL_GPU_FRACTION (shared GPUs), TENSORBOARD_LOG_DIR and PORTAL_OUTPUT_DIR (on the job-volume PVC
+  under the job's own subPath), PORTAL_DATA_<NAME> (each mount's path), PYTHONPATH for the requirements;
+- set by the Training Operator: WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT (PyTorchJob), TF_CONFIG (TFJob);
+- TFJob: WORLD_SIZE, MASTER_ADDR (worker 0's service) and MASTER_PORT are set here, RANK from the pod's
+  replica-index label (downward API);
+- MPIJob: WORLD_SIZE is set here; each MPI process's rank is OMPI_COMM_WORLD_RANK (set by mpirun);
+- batch/v1 Job: WORLD_SIZE=1, RANK=0, MASTER_ADDR=127.0.0.1, MASTER_PORT set here.
+max_runtime_seconds becomes activeDeadlineSeconds, which counts from the job's start (fetching code
+and installing requirements included), while the local executor counts from the command's start.
+The placement's nodes are not pinned: the portal's admission reserved the GPUs, kube-scheduler picks
+the nodes within the GPU type's node selector.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+
+from jobs.executors.base import JobSpec, Placement
+
+MANAGED_BY = "gpu-portal"
+JOB_ID_LABEL, DEPARTMENT_LABEL = "portal/job-id", "portal/department"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"  # put on every pod by both operators
+PYTORCH_PORT, TF_PORT, LOCAL_PORT = 23456, 2222, 29500
+# Pod names add "-worker-63" (or "-launcher") to the job's name and must stay DNS labels (<= 63).
+MAX_NAME = 52
+WORKSPACE, CODE_DIR, PACKAGES_DIR = "/portal/workspace", "/portal/workspace/code", "/portal/workspace/packages"
+TENSORBOARD_DIR, OUTPUT_DIR = "/portal/tensorboard", "/portal/output"
+SHARED_GPU_UNITS = ("GiB", "MiB", "percent")
+
+# Constant scripts: everything that comes from the job is in $PORTAL_CODE_URL, $PORTAL_CODE_REF or "$@".
+FETCH_SCRIPT = """set -eu
+git clone --quiet -- "$PORTAL_CODE_URL" "$PORTAL_CODE_DIR"
+if [ -n "${PORTAL_CODE_REF:-}" ]; then git -C "$PORTAL_CODE_DIR" checkout --quiet "$PORTAL_CODE_REF" --; fi
+echo "[portal] code at commit $(git -C "$PORTAL_CODE_DIR" rev-parse --verify HEAD)"
+"""
+INSTALL_SCRIPT = """set -eu
+mkdir -p "$PORTAL_PACKAGES_DIR"
+if [ -f "$PORTAL_CODE_DIR/requirements.txt" ]; then set -- -r "$PORTAL_CODE_DIR/requirements.txt" -- "$@"; else set -- -- "$@"; fi
+if [ "$#" -gt 1 ] || [ "$1" != "--" ]; then
+  python -m pip install --no-input --disable-pip-version-check --target "$PORTAL_PACKAGES_DIR" "$@"
+fi
+"""
+_ENV_UNSAFE = re.compile(r"[^A-Z0-9]")
+_JSON_TYPES = {int: "an integer", str: "a string", bool: "true or false", dict: "an object"}
+_JOB_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")  # a label value; also a safe subPath
+_RESERVED = {
+    "PORTAL_JOB_ID", "PORTAL_JOB_NAME", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG",
+    "CUDA_VISIBLE_DEVICES", "PORTAL_GPU_FRACTION", "TENSORBOARD_LOG_DIR", "PORTAL_OUTPUT_DIR", "PYTHONPATH",
+    "NVIDIA_VISIBLE_DEVICES", "PYTHONUNBUFFERED",
+}
+
+
+class ManifestError(ValueError):
+    """The job cannot be expressed on this cluster (a person can act on the message)."""
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """How the portal uses one Kubernetes cluster: the keys of Cluster.settings, with their defaults."""
+
+    cluster: str = "kubernetes"
+    namespace_prefix: str = "portal-"  # department "vision" -> namespace "portal-vision"
+    gpu_resource: str = "nvidia.com/gpu"
+    # Fractional GPUs: e.g. "aliyun.com/gpu-mem" (ACK cGPU, GiB) or "nvidia.com/gpumem" (HAMi, MiB, which
+    # also needs one whole `gpu_resource`: shared_gpu_with_gpu). Empty: fractions cannot run here.
+    shared_gpu_resource: str = ""
+    shared_gpu_unit: str = "GiB"  # GiB | MiB | percent (of one GPU)
+    shared_gpu_with_gpu: bool = False
+    gpu_memory_gb: Mapping[str, int] = field(default_factory=dict)  # per GPU type, from the pools
+    gpu_node_label: str = "nvidia.com/gpu.product"  # node label holding the GPU type
+    gpu_node_values: Mapping[str, str] = field(default_factory=dict)  # GPU type -> label value (default: itself)
+    image_registry: str = ""  # prefix for images without a registry host, e.g. "registry.example.com/mirror"
+    images: Mapping[str, str] = field(default_factory=dict)  # catalogue image reference -> image to pull
+    image_pull_secret: str = ""
+    git_image: str = "alpine/git:2.47.2"
+    storage_pvcs: Mapping[str, str] = field(default_factory=dict)  # department storage name -> PVC name
+    job_volume_pvc: str = "portal-jobs"  # per-namespace PVC: <job id>/tensorboard and <job id>/output
+    job_volume_size: str = "100Gi"
+    job_volume_storage_class: str = ""
+    priority_class_prefix: str = "gpu-portal-"  # portal priority "high" -> PriorityClass "gpu-portal-high"
+    restart_policy: str = "Never"  # Never | OnFailure (replicas of operator jobs)
+    backoff_limit: int = 0
+    ttl_seconds_after_finished: int | None = None
+
+    @classmethod
+    def from_cluster(cls, name: str, settings: Mapping, pools: Iterable[tuple[str, int]] = ()) -> ClusterSettings:
+        """From a cluster's name, its ``settings`` JSON and its pools as (gpu_type, gpu_memory_gb)."""
+        known = {f.name for f in fields(cls)} - {"cluster", "gpu_memory_gb"}
+        values = {key: value for key, value in settings.items() if key in known}
+        memory = {gpu_type: gb for gpu_type, gb in pools if gb}
+        for f in fields(cls):
+            if f.name in values and not (values[f.name] is None and f.default is None):
+                default = f.default_factory() if callable(f.default_factory) else f.default
+                kind = int if default is None else type(default)  # ttl_seconds_after_finished: int or None
+                if not isinstance(values[f.name], kind) or (kind is int and isinstance(values[f.name], bool)):
+                    raise ManifestError(f"Cluster {name}: setting {f.name} must be {_JSON_TYPES[kind]}.")
+        made = cls(cluster=name, gpu_memory_gb={**memory, **settings.get("gpu_memory_gb", {})}, **values)
+        if made.shared_gpu_unit not in SHARED_GPU_UNITS:
+            raise ManifestError(f"Cluster {name}: shared_gpu_unit must be one of {', '.join(SHARED_GPU_UNITS)}.")
+        if made.restart_policy not in ("Never", "OnFailure"):
+            raise ManifestError(f"Cluster {name}: restart_policy must be Never or OnFailure.")
+        return made
+
+    def namespace(self, department: str) -> str:
+        return f"{self.namespace_prefix}{department}"
+
+    def priority_class(self, priority: str) -> str:
+        return f"{self.priority_class_prefix}{priority}"
+
+    def image(self, reference: str) -> str:
+        if reference in self.images:
+            return self.images[reference]
+        first = reference.split("/", 1)[0]
+        has_host = "/" in reference and ("." in first or ":" in first or first == "localhost")
+        return reference if has_host or not self.image_registry else f"{self.image_registry.rstrip('/')}/{reference}"
+
+
+# ------------------------------------------------------------------------------------------ the job
+
+
+def kind_for(job: JobSpec) -> str:
+    if job.framework == "tensorflow":
+        return "TFJob"
+    if job.framework == "mpi":
+        return "MPIJob"
+    if job.framework == "pytorch" or job.workers > 1:
+        return "PyTorchJob"
+    return "Job"
+
+
+def resource_name(job: JobSpec) -> str:
+    """The job's name on the cluster: a DNS-1035 label from its name and id, short enough for pod names."""
+    job_id = re.sub(r"[^a-z0-9-]", "-", job.job_id.lower()).strip("-")
+    base = re.sub(r"[^a-z0-9-]", "-", job.name.lower()).strip("-")
+    if not base or not base[0].isalpha():
+        base = f"job-{base}".rstrip("-")
+    room = MAX_NAME - len(job_id) - 1
+    return f"{base[:max(room, 1)].rstrip('-')}-{job_id}"[:MAX_NAME].rstrip("-")
+
+
+def tensorboard_subpath(job_id: str) -> str:
+    """Where a job's TensorBoard event files are on its department's job volume (for the board's Deployment)."""
+    return f"{job_id}/tensorboard"
+
+
+def output_subpath(job_id: str) -> str:
+    return f"{job_id}/output"
+
+
+def labels(job: JobSpec) -> dict[str, str]:
+    return {JOB_ID_LABEL: job.job_id, DEPARTMENT_LABEL: job.department, "app.kubernetes.io/managed-by": MANAGED_BY}
+
+
+def job_manifests(
+    job: JobSpec, placement: Placement, cluster: ClusterSettings, *, gpu_type: str, priority: str | None = None,
+    tensorboard: bool = True, commit: str | None = None,
+) -> list[dict]:
+    """The manifests that run ``job``: one PyTorchJob / TFJob / MPIJob / batch Job.
+
+    ``commit`` (the resolved commit of an earlier run, e.g. after a preemption) wins over the job's ref.
+    TENSORBOARD_LOG_DIR is set either way (it is part of the contract); without ``tensorboard`` it is
+    an emptyDir that no board reads instead of the job volume.
+    """
+    if not _JOB_ID.match(job.job_id):
+        raise ManifestError(f"Job id {job.job_id!r} cannot label Kubernetes objects (1-63 letters, digits, '-', '_', '.').")
+    if len(placement.workers) != job.workers:
+        raise ManifestError(f"Job {job.job_id} has {job.workers} workers but a placement for {len(placement.workers)}.")
+    kind = kind_for(job)
+    name = resource_name(job)
+    pod = _PodBuilder(job, cluster, gpu_type=gpu_type, priority=priority, commit=commit, name=name, tensorboard=tensorboard)
+    metadata = {"name": name, "namespace": cluster.namespace(job.department), "labels": labels(job)}
+    run_policy = {"cleanPodPolicy": "Running", "backoffLimit": cluster.backoff_limit}
+    if job.max_runtime_seconds:
+        run_policy["activeDeadlineSeconds"] = job.max_runtime_seconds
+    if cluster.ttl_seconds_after_finished is not None:
+        run_policy["ttlSecondsAfterFinished"] = cluster.ttl_seconds_after_finished
+
+    def replica(count: int, template: dict) -> dict:
+        return {"replicas": count, "restartPolicy": cluster.restart_policy, "template": template}
+
+    if kind == "PyTorchJob":
+        specs = {"Master": replica(1, pod.template("pytorch", kind))}
+        if job.workers > 1:
+            specs["Worker"] = replica(job.workers - 1, pod.template("pytorch", kind))
+        spec = {"nprocPerNode": "1", "pytorchReplicaSpecs": specs, "runPolicy": run_policy}
+        return [{"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": metadata, "spec": spec}]
+    if kind == "TFJob":
+        spec = {"tfReplicaSpecs": {"Worker": replica(job.workers, pod.template("tensorflow", kind))}, "runPolicy": run_policy}
+        return [{"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": metadata, "spec": spec}]
+    if kind == "MPIJob":
+        spec = {
+            "slotsPerWorker": 1, "runLauncherAsWorker": False, "sshAuthMountPath": "/root/.ssh",
+            "mpiImplementation": "OpenMPI", "launcherCreationPolicy": "WaitForWorkersReady", "runPolicy": run_policy,
+            "mpiReplicaSpecs": {
+                "Launcher": replica(1, pod.template("launcher", kind, gpus=False)),
+                "Worker": replica(job.workers, pod.template("worker", kind, command=["/usr/sbin/sshd", "-De"])),
+            },
+        }
+        return [{"apiVersion": "kubeflow.org/v2beta1", "kind": kind, "metadata": metadata, "spec": spec}]
+    template = pod.template("main", kind)
+    template["spec"]["restartPolicy"] = "Never"
+    spec = {"backoffLimit": cluster.backoff_limit, "template": template}
+    if job.max_runtime_seconds:
+        spec["activeDeadlineSeconds"] = job.max_runtime_seconds
+    if cluster.ttl_seconds_after_finished is not None:
+        spec["ttlSecondsAfterFinished"] = cluster.ttl_seconds_after_finished
+    return [{"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}]
+
+
+@dataclass
+class _PodBuilder:
+    job: JobSpec
+    cluster: ClusterSettings
+    gpu_type: str
+    priority: str | None
+    commit: str | None
+    name: str
+    tensorboard: bool
+
+    def template(self, container: str, kind: str, *, gpus: bool = True, command: list[str] | None = None) -> dict:
+        job, cluster = self.job, self.cluster
+        gpu_count = job.gpus_per_worker if gpus else 0
+        main = {
+            "name": container, "image": cluster.image(job.image), "workingDir": CODE_DIR,
+            "command": command or ["bash", "-c", job.command],
+            "env": self.env(kind, gpu_count), "volumeMounts": self.mounts(),
+            "resources": {"limits": self.gpu_limits(gpu_count)} if gpu_count else {},
+        }
+        if kind == "PyTorchJob":
+            main["ports"] = [{"name": "pytorchjob-port", "containerPort": PYTORCH_PORT, "protocol": "TCP"}]
+        elif kind == "TFJob":
+            main["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT, "protocol": "TCP"}]
+        spec = {
+            "initContainers": self.init_containers(), "containers": [main], "volumes": self.volumes(),
+            "terminationGracePeriodSeconds": job.grace_seconds, "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+        }
+        if gpu_count:
+            spec["nodeSelector"] = {cluster.gpu_node_label: cluster.gpu_node_values.get(self.gpu_type, self.gpu_type)}
+        if self.priority:
+            spec["priorityClassName"] = cluster.priority_class(self.priority)
+        if cluster.image_pull_secret:
+            spec["imagePullSecrets"] = [{"name": cluster.image_pull_secret}]
+        return {"metadata": {"labels": labels(job)}, "spec": spec}
+
+    def gpu_limits(self, gpus: float) -> dict[str, str]:
+        cluster = self.cluster
+        if gpus >= 1:
+            if gpus != int(gpus):
+                raise ManifestError(f"Above 1, a worker needs whole GPUs (asked for {gpus:g}).")
+            return {cluster.gpu_resource: str(int(gpus))}
+        if not cluster.shared_gpu_resource:
+            raise ManifestError(f"Cluster {cluster.cluster} has no shared-GPU resource configured "
+                                f"(shared_gpu_resource): ask for whole GPUs.")
+        if cluster.shared_gpu_unit == "percent":
+            amount = max(1, round(gpus * 100))
+        else:
+            memory = cluster.gpu_memory_gb.get(self.gpu_type)
+            if not memory:
+                raise ManifestError(f"Cluster {cluster.cluster}: the GPU memory of {self.gpu_type} GPUs is not known "
+                                    f"(set the pool's GPU memory); it is needed for fractional GPUs.")
+            amount = max(1, math.floor(gpus * memory * (1024 if cluster.shared_gpu_unit == "MiB" else 1)))
+        limits = {cluster.shared_gpu_resource: str(amount)}
+        if cluster.shared_gpu_with_gpu:
+            limits[cluster.gpu_resource] = "1"
+        return limits
+
+    def env(self, kind: str, gpus: float) -> list[dict]:
+        job = self.job
+        values = {k: v for k, v in job.env.items() if k not in _RESERVED}
+        values.update({
+            "PORTAL_JOB_ID": job.job_id, "PORTAL_JOB_NAME": job.name, "LOCAL_RANK": "0",
+            "CUDA_VISIBLE_DEVICES": ",".join(str(index) for index in range(math.ceil(gpus))),
+            "TENSORBOARD_LOG_DIR": TENSORBOARD_DIR, "PORTAL_OUTPUT_DIR": OUTPUT_DIR, "PYTHONPATH": PACKAGES_DIR,
+        })
+        if kind != "PyTorchJob":  # the operator sets it there
+            values["PYTHONUNBUFFERED"] = "1"
+        if not gpus:
+            values["NVIDIA_VISIBLE_DEVICES"] = "void"  # or a GPU node's default runtime shows them all
+        elif gpus < 1:
+            values["PORTAL_GPU_FRACTION"] = str(gpus)
+        for mount in job.mounts:
+            values["PORTAL_DATA_" + _ENV_UNSAFE.sub("_", mount.name.upper())] = mount.path
+        rank = None
+        if kind == "TFJob":
+            values.update({"WORLD_SIZE": str(job.workers), "MASTER_ADDR": f"{self.name}-worker-0", "MASTER_PORT": str(TF_PORT)})
+            rank = {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{REPLICA_INDEX_LABEL}']"}}}
+        elif kind == "MPIJob":
+            values["WORLD_SIZE"] = str(job.workers)
+        elif kind == "Job":
+            values.update({"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(LOCAL_PORT)})
+        return [{"name": k, "value": v} for k, v in values.items()] + ([rank] if rank else [])
+
+    def init_containers(self) -> list[dict]:
+        job, cluster = self.job, self.cluster
+        ref = self.commit or job.code_ref or ""
+
+        def env(**values: str) -> list[dict]:
+            values.update(PORTAL_CODE_DIR=CODE_DIR, PORTAL_PACKAGES_DIR=PACKAGES_DIR)
+            return [{"name": name, "value": value} for name, value in values.items()]
+
+        fetch = {
+            "name": "fetch-code", "image": cluster.image(cluster.git_image), "command": ["sh", "-c", FETCH_SCRIPT],
+            "env": env(PORTAL_CODE_URL=job.code_url, PORTAL_CODE_REF=ref, GIT_TERMINAL_PROMPT="0",
+                       GIT_ALLOW_PROTOCOL="https:http:ssh:git"),
+            "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
+        }
+        install = {
+            "name": "install-requirements", "image": cluster.image(job.image),
+            "command": ["sh", "-c", INSTALL_SCRIPT, "install-requirements", *job.requirements],
+            "env": env(PIP_NO_INPUT="1"), "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
+        }
+        return [fetch, install]
+
+    def mounts(self) -> list[dict]:
+        mounts = [
+            {"name": "workspace", "mountPath": WORKSPACE},
+            {"name": "job-volume", "mountPath": TENSORBOARD_DIR, "subPath": tensorboard_subpath(self.job.job_id)}
+            if self.tensorboard else {"name": "tensorboard", "mountPath": TENSORBOARD_DIR},
+            {"name": "job-volume", "mountPath": OUTPUT_DIR, "subPath": output_subpath(self.job.job_id)},
+        ]
+        for index, mount in enumerate(self.job.mounts):
+            if mount.path.rstrip("/") == "/portal" or mount.path.startswith("/portal/"):
+                raise ManifestError(f"Storage {mount.name}: /portal is the portal's own; mount it elsewhere.")
+            mounts.append({"name": f"data-{index}", "mountPath": mount.path, "readOnly": mount.read_only})
+        return mounts
+
+    def volumes(self) -> list[dict]:
+        volumes = [
+            {"name": "workspace", "emptyDir": {}},
+            {"name": "job-volume", "persistentVolumeClaim": {"claimName": self.cluster.job_volume_pvc}},
+            *([] if self.tensorboard else [{"name": "tensorboard", "emptyDir": {}}]),
+        ]
+        for index, mount in enumerate(self.job.mounts):
+            claim = {"claimName": self.pvc_of(mount.name, mount.source)}
+            if mount.read_only:
+                claim["readOnly"] = True
+            volumes.append({"name": f"data-{index}", "persistentVolumeClaim": claim})
+        return volumes
+
+    def pvc_of(self, storage: str, source: str) -> str:
+        if storage in self.cluster.storage_pvcs:
+            return self.cluster.storage_pvcs[storage]
+        if source and not source.startswith("/"):
+            return source  # a PVC storage: its claim name
+        raise ManifestError(f"Storage {storage} is a local path; cluster {self.cluster.cluster} needs a PVC for it "
+                            f"(add it to the cluster's storage_pvcs setting).")
+
+
+# ------------------------------------------------------------------------------ the department side
+
+
+def namespace_manifest(department: str, cluster: ClusterSettings) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": cluster.namespace(department), "labels": _department_labels(department)},
+    }
+
+
+def gpu_quota_manifest(department: str, nominal_gpus: int, cluster: ClusterSettings) -> dict:
+    """A second guard behind the portal's admission: the department's total nominal GPUs on this cluster."""
+    return {
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "portal-gpus", "namespace": cluster.namespace(department), "labels": _department_labels(department)},
+        "spec": {"hard": {f"requests.{cluster.gpu_resource}": str(nominal_gpus)}},
+    }
+
+
+def job_volume_manifest(department: str, cluster: ClusterSettings) -> dict:
+    """The department's job volume: TensorBoard logs and outputs of every job, read by its TensorBoards."""
+    spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": cluster.job_volume_size}}}
+    if cluster.job_volume_storage_class:
+        spec["storageClassName"] = cluster.job_volume_storage_class
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": cluster.job_volume_pvc, "namespace": cluster.namespace(department),
+                     "labels": _department_labels(department)},
+        "spec": spec,
+    }
+
+
+def department_manifests(department: str, nominal_gpus: int, cluster: ClusterSettings) -> list[dict]:
+    return [namespace_manifest(department, cluster), gpu_quota_manifest(department, nominal_gpus, cluster),
+            job_volume_manifest(department, cluster)]
+
+
+def priority_class_manifests(priorities: Iterable[tuple[str, int, bool]], cluster: ClusterSettings) -> list[dict]:
+    """The portal's priority classes as (name, value, preemptible).
+
+    preemptionPolicy Never: the portal decides who is evicted (reclaim, priority), never kube-scheduler.
+    """
+    return [
+        {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": cluster.priority_class(name), "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}},
+            "value": value, "globalDefault": False, "preemptionPolicy": "Never",
+            "description": f"GPU Portal priority {name}" + (" (preemptible by the portal)" if preemptible else ""),
+        }
+        for name, value, preemptible in priorities
+    ]
+
+
+def _department_labels(department: str) -> dict[str, str]:
+    return {DEPARTMENT_LABEL: department, "app.kubernetes.io/managed-by": MANAGED_BY}

@@ -1,0 +1,150 @@
+"""The portal's artifact store: where registered model versions keep their own copy of an artifact.
+
+A version's ``artifact_uri`` is always ``store://<model>/<version>/<name>``: ``<name>`` is the file (e.g.
+``model.joblib``) or folder that was registered, kept under ``settings.PORTAL_ARTIFACT_ROOT`` (default
+``$PORTAL_DATA_ROOT/artifacts``). The URI, not an absolute path, is stored so that the store can move (a
+new data root, another mount point) without rewriting rows. Model servers load only what
+``artifact_path(version)`` returns, never a path a user typed.
+
+No database access here: these helpers copy, hash and resolve paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from django.conf import settings
+
+SCHEME = "store://"
+
+
+class ArtifactError(ValueError):
+    """An artifact URI or path the store refuses; the message says why and what to do."""
+
+
+def store_root() -> Path:
+    return Path(settings.PORTAL_ARTIFACT_ROOT)
+
+
+def store_uri(model_name: str, version: int, name: str) -> str:
+    return f"{SCHEME}{model_name}/{version}/{name}"
+
+
+def path_of_uri(uri: str) -> Path:
+    """The local path behind a ``store://`` URI; refuses URIs that would leave the store."""
+    if not uri.startswith(SCHEME):
+        raise ArtifactError(f"{uri!r} is not in the portal's artifact store (it must start with {SCHEME}).")
+    relative = PurePosixPath(uri[len(SCHEME):])
+    if not relative.parts or relative.is_absolute() or ".." in relative.parts:
+        raise ArtifactError(f"{uri!r} is not a valid store URI: write it as {SCHEME}<model>/<version>/<file>.")
+    root = store_root().resolve()
+    path = root.joinpath(*relative.parts)
+    if not path.resolve().is_relative_to(root):
+        raise ArtifactError(f"{uri!r} points outside the portal's artifact store.")
+    return path
+
+
+def artifact_path(version) -> Path:
+    """The local file (or folder) of a ModelVersion's artifact in the store, for model servers to load."""
+    return path_of_uri(version.artifact_uri)
+
+
+def sha256_of(path: Path) -> str:
+    """sha256 of a file; of a folder, over its files' relative paths and contents in sorted order."""
+    digest = hashlib.sha256()
+    if path.is_file():
+        _feed(digest, path)
+        return digest.hexdigest()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(file.relative_to(path).as_posix().encode() + b"\0")
+        _feed(digest, file)
+    return digest.hexdigest()
+
+
+def _feed(digest, file: Path) -> None:
+    with file.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+
+
+def resolve_inside(base: Path, relative: str, *, what: str = "the job's output folder") -> Path:
+    """``base / relative`` when it stays inside ``base`` (links resolved) and exists; else ArtifactError."""
+    if not relative or not relative.strip():
+        raise ArtifactError(f"Give the path of the artifact relative to {what}, e.g. model.joblib.")
+    pure = PurePosixPath(relative)
+    if pure.is_absolute():
+        raise ArtifactError(f"{relative!r} is an absolute path: give a path relative to {what}, e.g. model.joblib.")
+    if ".." in pure.parts:
+        raise ArtifactError(f"{relative!r} contains '..': give a path inside {what}.")
+    root = base.resolve()
+    candidate = root.joinpath(*pure.parts)
+    if not candidate.resolve().is_relative_to(root):
+        raise ArtifactError(f"{relative!r} is a link that points outside {what}; copy the file itself there.")
+    if not candidate.exists():
+        raise ArtifactError(f"{relative!r} does not exist in {what}.")
+    if candidate.is_dir():
+        _refuse_escaping_links(candidate, root, relative, what)
+    return candidate
+
+
+def _refuse_escaping_links(folder: Path, root: Path, shown: str, what: str) -> None:
+    for inner in folder.rglob("*"):
+        if inner.is_symlink() and not inner.resolve().is_relative_to(root):
+            raise ArtifactError(f"{shown!r} holds a link ({inner.relative_to(folder).as_posix()}) that points outside {what}.")
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A copy waiting in the store's staging area for its version number."""
+
+    path: Path
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def stage(source: Path) -> Staged:
+    """Copy a file or folder (links followed) into the store's staging area and hash the copy.
+
+    Done before the version number is taken, so the copy (possibly large) happens outside any lock.
+    """
+    staging = store_root() / ".staging"
+    staging.mkdir(parents=True, exist_ok=True)
+    holder = Path(tempfile.mkdtemp(dir=staging))
+    staged = holder / source.name
+    try:
+        if source.is_dir():
+            shutil.copytree(source, staged, symlinks=False)
+        else:
+            shutil.copy2(source, staged)
+    except OSError as exc:
+        shutil.rmtree(holder, ignore_errors=True)
+        raise ArtifactError(f"{source.name!r} could not be copied into the artifact store: {exc.strerror or exc}.") from exc
+    return Staged(path=staged, sha256=sha256_of(staged))
+
+
+def place(staged: Staged, *, model_name: str, version: int) -> str:
+    """Move a staged copy to its final place (a rename: all or nothing); returns its store URI."""
+    folder = store_root() / model_name / str(version)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / staged.name
+    if target.exists():
+        # Left by an attempt whose transaction did not commit: the number is ours now.
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    staged.path.rename(target)
+    shutil.rmtree(staged.path.parent, ignore_errors=True)
+    return store_uri(model_name, version, staged.name)
+
+
+def discard(staged: Staged) -> None:
+    shutil.rmtree(staged.path.parent, ignore_errors=True)
+
+
+def remove_from_store(model_name: str, version: int) -> None:
+    shutil.rmtree(store_root() / model_name / str(version), ignore_errors=True)

@@ -1,0 +1,330 @@
+"""Writes of the model registry: creating models, registering versions, tags and aliases.
+
+- A model belongs to one department; its members (and platform admins) register versions and move aliases.
+- A version is registered from a succeeded job's output folder (``source_job`` + ``artifact_path``) or from
+  an ``artifact_uri`` (``store://`` of a model the caller may see, or ``file://`` inside
+  ``settings.PORTAL_ARTIFACT_IMPORT_DIRS``). Either way the artifact is COPIED into the portal's store
+  (models_registry/artifacts.py) before the version exists, so deleting the source loses nothing.
+- Versions are numbered 1, 2, ... per model under a lock on the model row (and a retry on the unique
+  constraint, for databases whose row locks are no-ops).
+- From a job, lineage (job, code, commit, image, command, requirements) and metrics (the last value of each
+  TensorBoard scalar) are recorded without asking; metrics given in the request win.
+- An alias names one version per model; setting it on another version moves it, atomically, and the move
+  is audited.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from config.errors import InvalidInput
+from jobs import lifecycle
+from jobs import selectors as job_selectors
+from jobs.executors.base import ExecutorError
+from jobs.models import Job
+from jobs.services import executor_for
+from models_registry import artifacts, selectors
+from models_registry.models import ModelAlias, ModelVersion, RegisteredModel
+from quotas import permissions
+from quotas.services import audit_record
+
+NAME = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?")
+ALIAS = re.compile(r"[a-z](?:[a-z0-9_-]{0,38}[a-z0-9])?")
+FRAMEWORKS = ("sklearn", "xgboost", "lightgbm", "pytorch", "tensorflow", "onnx", "other")
+MAX_TAGS = 50
+MAX_METRICS = 500
+NUMBERING_ATTEMPTS = 5
+
+
+# --- Models ------------------------------------------------------------------------------------
+
+def model_create(*, user, name: str, department: str, description: str = "") -> RegisteredModel:
+    errors: dict[str, list[str]] = {}
+    if not NAME.fullmatch(name or ""):
+        errors["name"] = [
+            f"{name!r} is not a valid model name: use 1-63 lowercase letters, digits, '-' or '_', "
+            "starting and ending with a letter or digit (e.g. digits-classifier)."
+        ]
+    elif RegisteredModel.objects.filter(name=name).exists():
+        errors["name"] = [f"A model named {name!r} already exists; model names are unique across the portal, pick another."]
+    owner = permissions.visible_departments(user).filter(slug=department).first()
+    if owner is None or not permissions.can_use(user, owner):
+        errors["department"] = [f"You are not a member of a department called {department!r}."]
+    if errors:
+        raise InvalidInput(errors)
+    try:
+        with transaction.atomic():
+            model = RegisteredModel.objects.create(name=name, department=owner, description=description, created_by=user)
+            audit_record(actor=user, action="model.create", target=name, department=owner)
+    except IntegrityError:
+        raise InvalidInput({"name": [f"A model named {name!r} already exists; model names are unique across the portal, pick another."]}) from None
+    return model
+
+
+# --- Versions ----------------------------------------------------------------------------------
+
+def version_register(
+    *,
+    user,
+    model: RegisteredModel,
+    source_job: int | None = None,
+    artifact_path: str = "",
+    artifact_uri: str = "",
+    framework: str = "sklearn",
+    metrics: dict | None = None,
+    tags: dict | None = None,
+) -> ModelVersion:
+    """Copy the artifact into the store and create the model's next version."""
+    errors: dict[str, list[str]] = {}
+    _check_common(errors, framework=framework, metrics=metrics or {}, tags=tags or {})
+    source, job = _source(errors, user=user, model=model, source_job=source_job, artifact_path=artifact_path,
+                          artifact_uri=artifact_uri)
+    if errors:
+        raise InvalidInput(errors)
+    try:
+        staged = artifacts.stage(source)
+    except artifacts.ArtifactError as exc:
+        raise InvalidInput({"artifact_path" if job else "artifact_uri": [str(exc)]}) from exc
+    lineage = _lineage_of(job) if job else {"source_uri": artifact_uri}
+    captured = _job_metrics(job) if job else {}
+    try:
+        return _create_numbered(
+            user=user, model=model, staged=staged, framework=framework, source_job=job, lineage=lineage,
+            metrics={**captured, **(metrics or {})}, tags=dict(tags or {}),
+        )
+    finally:
+        artifacts.discard(staged)
+
+
+def _create_numbered(*, user, model: RegisteredModel, staged: artifacts.Staged, **fields) -> ModelVersion:
+    for _attempt in range(NUMBERING_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                # The row lock orders concurrent registrations; the unique constraint backs it up.
+                RegisteredModel.objects.select_for_update().filter(pk=model.pk).first()
+                number = (ModelVersion.objects.filter(model=model).aggregate(top=Max("version"))["top"] or 0) + 1
+                version = ModelVersion.objects.create(
+                    model=model, version=number, artifact_uri=artifacts.store_uri(model.name, number, staged.name),
+                    artifact_sha256=staged.sha256, created_by=user, **fields,
+                )
+                artifacts.place(staged, model_name=model.name, version=number)
+                audit_record(actor=user, action="model.version.register", target=str(version),
+                             department=model.department, data={"artifact_uri": version.artifact_uri})
+            return version
+        except IntegrityError:
+            continue
+    raise InvalidInput(f"Too many registrations of {model.name} at once; try again.")
+
+
+def _check_common(errors: dict, *, framework: str, metrics: dict, tags: dict) -> None:
+    if framework not in FRAMEWORKS:
+        errors["framework"] = [f"{framework!r} is not a known framework; use one of: {', '.join(FRAMEWORKS)}."]
+    if not isinstance(metrics, dict):
+        errors["metrics"] = ["Give metrics as an object of name -> number, e.g. {\"accuracy/test\": 0.97}."]
+    else:
+        bad = [name for name, value in metrics.items() if not _is_number(value) or not name or len(name) > 200]
+        if bad:
+            errors["metrics"] = [f"Metric {name!r} must have a name of 1-200 characters and a finite number as value."
+                                 for name in bad]
+        elif len(metrics) > MAX_METRICS:
+            errors["metrics"] = [f"At most {MAX_METRICS} metrics per version."]
+    tag_errors = _tag_problems(tags, allow_null=False)
+    if tag_errors:
+        errors["tags"] = tag_errors
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _tag_problems(tags, *, allow_null: bool) -> list[str]:
+    if not isinstance(tags, dict):
+        return ["Give tags as an object of name -> text, e.g. {\"dataset\": \"digits-v2\"}."]
+    problems = []
+    for key, value in tags.items():
+        if not isinstance(key, str) or not 1 <= len(key) <= 100:
+            problems.append(f"Tag name {key!r} must be 1-100 characters.")
+        elif value is None and allow_null:
+            continue
+        elif not isinstance(value, str) or len(value) > 500:
+            problems.append(f"Tag {key!r} must have a text value of at most 500 characters"
+                            + (" (null removes it)." if allow_null else "."))
+    if len(tags) > MAX_TAGS:
+        problems.append(f"At most {MAX_TAGS} tags per version.")
+    return problems
+
+
+def _source(errors: dict, *, user, model, source_job, artifact_path, artifact_uri) -> tuple[Path | None, Job | None]:
+    """The file or folder to copy and the job it came from; problems go into ``errors``."""
+    if artifact_uri and (source_job is not None or artifact_path):
+        errors["artifact_uri"] = ["Give either artifact_uri, or source_job with artifact_path, not both."]
+        return None, None
+    if artifact_uri:
+        try:
+            return _from_uri(user=user, uri=artifact_uri), None
+        except artifacts.ArtifactError as exc:
+            errors["artifact_uri"] = [str(exc)]
+            return None, None
+    if source_job is None:
+        if artifact_path:
+            errors["source_job"] = ["artifact_path is relative to a job's output folder: give the source_job that wrote it."]
+        else:
+            errors["source_job"] = ["Give the source_job (id of a succeeded job) and the artifact_path it wrote, "
+                                    "or an artifact_uri."]
+        return None, None
+    job = job_selectors.job_get(user=user, job_id=source_job)
+    if job is None:
+        errors["source_job"] = [f"No job {source_job} in your departments."]
+        return None, None
+    if job.department_id != model.department_id:
+        errors["source_job"] = [f"Job {job.pk} belongs to department {job.department.slug} and model {model.name} to "
+                                f"{model.department.slug}: register it in a model of {job.department.slug}."]
+        return None, job
+    if job.status != lifecycle.SUCCEEDED:
+        errors["source_job"] = [f"Job {job.pk} is {job.status}: only the output of a succeeded job can be registered."]
+        return None, job
+    output = _output_dir(errors, job)
+    if output is None:
+        return None, job
+    try:
+        return artifacts.resolve_inside(output, artifact_path, what=f"the output folder of job {job.pk}"), job
+    except artifacts.ArtifactError as exc:
+        errors["artifact_path"] = [str(exc)]
+        return None, job
+
+
+def _output_dir(errors: dict, job: Job) -> Path | None:
+    try:
+        executor = executor_for(job.cluster)
+    except ExecutorError as exc:
+        errors["source_job"] = [f"The portal cannot read the output of job {job.pk}: {exc.message} "
+                                "Copy the artifact somewhere it can and register it by artifact_uri."]
+        return None
+    runs = selectors.job_run_dirs(job=job, executor_root=executor.root)
+    output = runs[-1].output if runs else None
+    if output is None or not output.is_dir():
+        errors["source_job"] = [f"Job {job.pk} has no output folder any more (PORTAL_OUTPUT_DIR was deleted or never "
+                                "written): nothing to register."]
+        return None
+    return output
+
+
+def _from_uri(*, user, uri: str) -> Path:
+    if uri.startswith(artifacts.SCHEME):
+        path = artifacts.path_of_uri(uri)
+        owner = uri[len(artifacts.SCHEME):].split("/", 1)[0]
+        if selectors.model_get(user=user, name=owner) is None or not path.exists():
+            raise artifacts.ArtifactError(f"Nothing at {uri} among the artifacts of your departments' models.")
+        return path
+    parts = urlsplit(uri)
+    if parts.scheme != "file":
+        raise artifacts.ArtifactError(
+            f"{uri!r} cannot be registered: use a {artifacts.SCHEME}<model>/<version>/<file> URI of the portal's "
+            "artifact store, or a file:// path inside a folder the platform admins allow (PORTAL_ARTIFACT_IMPORT_DIRS)."
+        )
+    if parts.netloc not in ("", "localhost"):
+        raise artifacts.ArtifactError(f"{uri!r} names host {parts.netloc!r}: only files on the portal's machine "
+                                      "(file:///path) can be registered.")
+    allowed = [Path(folder) for folder in settings.PORTAL_ARTIFACT_IMPORT_DIRS]
+    if not allowed:
+        raise artifacts.ArtifactError("Registering from file:// is off: ask a platform admin to set "
+                                      "PORTAL_ARTIFACT_IMPORT_DIRS, or register from a job.")
+    path = Path(unquote(parts.path))
+    for folder in allowed:
+        root = folder.resolve()
+        if path.is_absolute() and path.resolve().is_relative_to(root):
+            return artifacts.resolve_inside(root, path.resolve().relative_to(root).as_posix(), what=f"{root}")
+    raise artifacts.ArtifactError(f"{uri!r} is outside the folders artifacts may be registered from: "
+                                  + ", ".join(str(folder) for folder in allowed) + ".")
+
+
+def _lineage_of(job: Job) -> dict:
+    return {
+        "job": job.pk, "job_name": job.name, "department": job.department.slug, "code_url": job.code_url,
+        "code_ref": job.code_ref, "commit": job.commit, "image": job.image.name, "image_ref": job.image.image,
+        "command": job.command, "requirements": list(job.requirements), "submitted_by": job.submitted_by.username,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+    }
+
+
+def _job_metrics(job: Job) -> dict[str, float]:
+    try:
+        root = executor_for(job.cluster).root
+    except ExecutorError:
+        return {}
+    runs = selectors.job_run_dirs(job=job, executor_root=root)
+    return selectors.tensorboard_scalars([run.tensorboard for run in runs])
+
+
+def version_update(*, user, version: ModelVersion, aliases: list[str] | None = None, tags: dict | None = None) -> ModelVersion:
+    """PATCH a version: ``aliases`` is the full list it should carry (others' are moved here, its own
+    unlisted ones removed); ``tags`` is merged (a null value removes that tag)."""
+    errors: dict[str, list[str]] = {}
+    if aliases is not None:
+        bad = [name for name in aliases if not isinstance(name, str) or not ALIAS.fullmatch(name)]
+        if bad:
+            errors["aliases"] = [f"{name!r} is not a valid alias: use 1-40 lowercase letters, digits, '-' or '_', "
+                                 "starting with a letter (e.g. champion)." for name in bad]
+    if tags is not None:
+        problems = _tag_problems(tags, allow_null=True)
+        if problems:
+            errors["tags"] = problems
+        elif len({**version.tags, **tags}) > MAX_TAGS:
+            errors["tags"] = [f"At most {MAX_TAGS} tags per version."]
+    if errors:
+        raise InvalidInput(errors)
+    with transaction.atomic():
+        if aliases is not None:
+            wanted = set(aliases)
+            for alias in ModelAlias.objects.filter(version=version).exclude(name__in=wanted):
+                alias_remove(user=user, model=version.model, name=alias.name)
+            for name in sorted(wanted):
+                alias_set(user=user, version=version, name=name)
+        if tags is not None:
+            locked = ModelVersion.objects.select_for_update().get(pk=version.pk)
+            merged = {**locked.tags, **tags}
+            locked.tags = {key: value for key, value in merged.items() if value is not None}
+            locked.save(update_fields=["tags"])
+            version.tags = locked.tags
+    return version
+
+
+def alias_set(*, user, version: ModelVersion, name: str) -> ModelAlias:
+    """Point the model's alias ``name`` at this version, moving it from wherever it was (audited)."""
+    if not ALIAS.fullmatch(name or ""):
+        raise InvalidInput({"aliases": [f"{name!r} is not a valid alias: use 1-40 lowercase letters, digits, '-' or '_', "
+                                        "starting with a letter (e.g. champion)."]})
+    model = version.model
+    with transaction.atomic():
+        RegisteredModel.objects.select_for_update().filter(pk=model.pk).first()
+        alias = ModelAlias.objects.select_related("version").filter(model=model, name=name).first()
+        if alias is not None and alias.version_id == version.pk:
+            return alias
+        before = alias.version.version if alias else None
+        if alias is None:
+            alias = ModelAlias.objects.create(model=model, name=name, version=version)
+        else:
+            alias.version = version
+            alias.save(update_fields=["version"])
+        audit_record(actor=user, action="model.alias.set", target=f"{model.name}@{name}", department=model.department,
+                     data={"from_version": before, "to_version": version.version})
+    return alias
+
+
+def alias_remove(*, user, model: RegisteredModel, name: str) -> None:
+    with transaction.atomic():
+        RegisteredModel.objects.select_for_update().filter(pk=model.pk).first()
+        alias = ModelAlias.objects.select_related("version").filter(model=model, name=name).first()
+        if alias is None:
+            return
+        before = alias.version.version
+        alias.delete()
+        audit_record(actor=user, action="model.alias.remove", target=f"{model.name}@{name}", department=model.department,
+                     data={"from_version": before, "to_version": None})

@@ -1,0 +1,1 @@
+"""Model servers and the backends that run them (adapters: no Django here)."""

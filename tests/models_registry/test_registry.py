@@ -1,0 +1,551 @@
+"""The model registry: models, versions registered from jobs or URIs, lineage, metrics, aliases, tags, tenancy.
+
+A "succeeded job" here is a job submitted through the API (admitted, so it has a run folder), whose run
+folder is then filled as the local executor leaves it: PORTAL_OUTPUT_DIR = <run>/output, TensorBoard event
+files under <run>/tensorboard. One test fills it by running the real examples/digits/train.py; the others
+write a small artifact and real event files with tensorboardX, which is faster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import joblib
+import pytest
+from django.db import connection
+from django.utils import timezone
+from tensorboardX import SummaryWriter
+
+from jobs.models import Job
+from models_registry import services
+from models_registry.artifacts import artifact_path
+from models_registry.models import ModelVersion, RegisteredModel
+from quotas.models import AuditEvent
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "examples" / "digits" / "train.py"
+CODE_URL = "https://git.example.com/team/digits.git"
+COMMIT = "3f2c1e9a4b5d6e7f8091a2b3c4d5e6f708192a3b"
+JOB = {"code_url": CODE_URL, "code_ref": "main", "command": "python train.py --epochs 2", "gpus_per_worker": 0.25,
+       "requirements": ["scikit-learn", "tensorboardX"]}
+SCALARS = {"loss/train": [0.9, 0.5, 0.25], "accuracy/test": [0.5, 0.8, 0.9]}
+
+
+@pytest.fixture
+def registry(world, settings, tmp_path):
+    """The test world with its own data root and artifact store; file:// registration off."""
+    settings.PORTAL_DATA_ROOT = tmp_path / "portal"
+    settings.PORTAL_ARTIFACT_ROOT = tmp_path / "artifacts"
+    settings.PORTAL_ARTIFACT_IMPORT_DIRS = []
+    return world
+
+
+def run_dir(settings, job: Job) -> Path:
+    return settings.PORTAL_DATA_ROOT / "executors" / job.cluster.name / "jobs" / job.run_id
+
+
+def submit(world, user, department: str = "vision", name: str = "digits") -> Job:
+    response = world.api(user).post("/api/v1/jobs/", {**JOB, "name": name, "department": department}, format="json")
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.run_id, "the job was admitted and so has a run folder"
+    return job
+
+
+def finish(job: Job) -> Job:
+    """What the reconciler records when the executor reports the job's success."""
+    Job.objects.filter(pk=job.pk).update(status="succeeded", commit=COMMIT, exit_code=0, finished_at=timezone.now())
+    job.refresh_from_db()
+    return job
+
+
+def succeeded_job(world, settings, user=None, department="vision", files=None, scalars=SCALARS) -> Job:
+    """A succeeded job whose output folder holds ``files`` and whose rank 0 logged ``scalars`` per step."""
+    job = submit(world, user or world.alice, department)
+    run = run_dir(settings, job)
+    for name, content in (files if files is not None else {"model.joblib": b"a model"}).items():
+        path = run / "output" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    (run / "output").mkdir(parents=True, exist_ok=True)
+    writer = SummaryWriter(logdir=str(run / "tensorboard" / "worker-0"))
+    for tag, values in scalars.items():
+        for step, value in enumerate(values):
+            writer.add_scalar(tag, value, step)
+    writer.close()
+    return finish(job)
+
+
+def create_model(world, user=None, name="digits", department="vision") -> dict:
+    response = world.api(user or world.alice).post("/api/v1/models/", {"name": name, "department": department},
+                                                    format="json")
+    assert response.status_code == 201, response.json()
+    return response.json()
+
+
+def register(world, body: dict, user=None, model="digits"):
+    return world.api(user or world.alice).post(f"/api/v1/models/{model}/versions/", body, format="json")
+
+
+def registered(world, body: dict, user=None, model="digits") -> dict:
+    response = register(world, body, user, model)
+    assert response.status_code == 201, response.json()
+    return response.json()
+
+
+# --- Registering from a job ---------------------------------------------------------------------
+
+def test_it_registers_a_real_digits_run_with_its_lineage_metrics_and_a_copy_of_the_model(registry, settings):
+    job = submit(registry, registry.alice)
+    run = run_dir(settings, job)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PORTAL_", "TENSORBOARD_LOG_DIR"))}
+    env.update(PORTAL_OUTPUT_DIR=str(run / "output"), TENSORBOARD_LOG_DIR=str(run / "tensorboard"), RANK="0",
+               WORLD_SIZE="1", CUDA_VISIBLE_DEVICES="")
+    run.mkdir(parents=True)
+    subprocess.run([sys.executable, str(TRAIN), "--epochs", "2"], env=env, cwd=run, check=True,
+                   capture_output=True, timeout=120)
+    job = finish(job)
+    create_model(registry)
+
+    body = registered(registry, {"source_job": job.pk, "artifact_path": "model.joblib"})
+
+    assert body["version"] == 1
+    assert body["model"] == "digits"
+    assert body["source_job"] == job.pk
+    lineage = body["lineage"]
+    assert {k: lineage[k] for k in ("job", "code_url", "code_ref", "commit", "image", "command", "requirements")} == {
+        "job": job.pk, "code_url": CODE_URL, "code_ref": "main", "commit": COMMIT, "image": job.image.name,
+        "command": "python train.py --epochs 2", "requirements": ["scikit-learn", "tensorboardX"],
+    }
+    written = (run / "output" / "metrics.json").read_text()
+    test_accuracy = json.loads(written)["test_accuracy"]
+    assert set(body["metrics"]) >= {"loss/train", "accuracy/train", "accuracy/test", "time/epoch_seconds"}
+    assert body["metrics"]["accuracy/test"] == pytest.approx(test_accuracy, rel=1e-6)
+    original = (run / "output" / "model.joblib").read_bytes()
+    assert body["artifact_uri"] == "store://digits/1/model.joblib"
+    assert body["artifact_sha256"] == hashlib.sha256(original).hexdigest()
+
+    # The job's files can go: the store keeps its own copy, and it still predicts.
+    shutil.rmtree(run)
+    version = ModelVersion.objects.get(model__name="digits", version=1)
+    stored = artifact_path(version)
+    assert stored == settings.PORTAL_ARTIFACT_ROOT / "digits" / "1" / "model.joblib"
+    assert stored.read_bytes() == original
+    from sklearn.datasets import load_digits
+
+    images, labels = load_digits(return_X_y=True)
+    assert (joblib.load(stored).predict(images[:200]) == labels[:200]).mean() > 0.8
+    again = registry.api(registry.alice).get("/api/v1/models/digits/versions/1/")
+    assert again.status_code == 200 and again.json()["metrics"] == body["metrics"]
+
+
+def test_metrics_are_the_last_value_of_each_scalar_and_given_ones_win(registry, settings):
+    job = succeeded_job(registry, settings)
+    create_model(registry)
+
+    body = registered(registry, {"source_job": job.pk, "artifact_path": "model.joblib",
+                                 "metrics": {"accuracy/test": 0.95, "latency_ms": 3}, "tags": {"dataset": "digits"}})
+
+    assert body["metrics"] == {"loss/train": 0.25, "accuracy/test": 0.95, "latency_ms": 3.0}
+    assert body["tags"] == {"dataset": "digits"}
+    assert body["framework"] == "sklearn"
+
+
+def test_a_requeued_jobs_metrics_come_from_its_latest_run_and_workers_are_told_apart(registry, settings):
+    job = succeeded_job(registry, settings, scalars={})
+    earlier = run_dir(settings, job).parent / f"{job.pk}-0badc0de"  # the run it had before a preemption
+    for folder, loss, wall in ((earlier, 0.5, 1_000.0), (run_dir(settings, job), 0.25, 2_000.0)):
+        for rank in (0, 1):
+            writer = SummaryWriter(logdir=str(folder / "tensorboard" / f"worker-{rank}"))
+            writer.add_scalar("loss", loss + rank, 10, walltime=wall)
+            if rank == 0:
+                writer.add_scalar("accuracy/test_averaged", 1 - loss, 10, walltime=wall)
+            writer.close()
+    create_model(registry)
+
+    body = registered(registry, {"source_job": job.pk, "artifact_path": "model.joblib"})
+
+    assert body["metrics"] == {"accuracy/test_averaged": 0.75, "worker-0/loss": 0.25, "worker-1/loss": 1.25}
+
+
+def test_a_folder_is_copied_whole(registry, settings):
+    job = succeeded_job(registry, settings, files={"model/weights.bin": b"w" * 10, "model/config.json": b"{}"})
+    create_model(registry)
+
+    body = registered(registry, {"source_job": job.pk, "artifact_path": "model", "framework": "other"})
+
+    stored = artifact_path(ModelVersion.objects.get(version=body["version"]))
+    assert body["artifact_uri"] == "store://digits/1/model"
+    assert sorted(p.name for p in stored.iterdir()) == ["config.json", "weights.bin"]
+
+
+def test_versions_are_numbered_1_2_3_each_with_its_own_copy(registry, settings):
+    job = succeeded_job(registry, settings)
+    create_model(registry)
+
+    numbers = [registered(registry, {"source_job": job.pk, "artifact_path": "model.joblib"})["version"] for _ in range(3)]
+
+    assert numbers == [1, 2, 3]
+    listing = registry.api(registry.alice).get("/api/v1/models/digits/versions/").json()
+    assert listing["count"] == 3
+    assert [v["artifact_uri"] for v in listing["results"]] == [f"store://digits/{n}/model.joblib" for n in (1, 2, 3)]
+    model = registry.api(registry.alice).get("/api/v1/models/digits/").json()
+    assert (model["version_count"], model["latest_version"]) == (3, 3)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_registrations_never_share_a_number(registry, settings):
+    job = succeeded_job(registry, settings)
+    create_model(registry)
+    model = RegisteredModel.objects.get(name="digits")
+    threads, start, failures = 6, threading.Barrier(6), []
+
+    def one():
+        try:
+            start.wait(timeout=10)
+            services.version_register(user=registry.alice, model=model, source_job=job.pk, artifact_path="model.joblib")
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=one) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+
+    assert failures == []
+    assert sorted(ModelVersion.objects.filter(model=model).values_list("version", flat=True)) == [1, 2, 3, 4, 5, 6]
+    assert sorted(p.name for p in (settings.PORTAL_ARTIFACT_ROOT / "digits").iterdir() if not p.name.startswith(".")) == [
+        "1", "2", "3", "4", "5", "6"]
+
+
+# --- What registration refuses -----------------------------------------------------------------
+
+def test_it_refuses_paths_that_leave_the_output_folder_or_do_not_exist(registry, settings, tmp_path):
+    job = succeeded_job(registry, settings)
+    outside = tmp_path / "secret.txt"
+    outside.write_text("secret")
+    output = run_dir(settings, job) / "output"
+    (output / "escape").symlink_to(outside)
+    (output / "linked").mkdir()
+    (output / "linked" / "inner").symlink_to(outside)
+    create_model(registry)
+
+    cases = {
+        "/etc/passwd": "'/etc/passwd' is an absolute path: give a path relative to the output folder of job",
+        "../../launch.json": "'../../launch.json' contains '..': give a path inside the output folder of job",
+        "escape": "'escape' is a link that points outside the output folder of job",
+        "linked": "'linked' holds a link (inner) that points outside the output folder of job",
+        "model.pkl": "'model.pkl' does not exist in the output folder of job",
+        "": "Give the path of the artifact relative to the output folder of job",
+    }
+    for path, message in cases.items():
+        response = register(registry, {"source_job": job.pk, "artifact_path": path})
+        assert response.status_code == 400, path
+        assert list(response.json()) == ["artifact_path"]
+        assert response.json()["artifact_path"][0].startswith(message), response.json()
+    assert not ModelVersion.objects.exists()
+
+
+def test_it_refuses_jobs_that_did_not_succeed_or_belong_elsewhere(registry, settings):
+    running = submit(registry, registry.alice, name="running")
+    theirs = succeeded_job(registry, settings, user=registry.bob, department="nlp")
+    create_model(registry)
+
+    response = register(registry, {"source_job": running.pk, "artifact_path": "model.joblib"})
+    assert response.status_code == 400
+    assert response.json() == {"source_job": [
+        f"Job {running.pk} is {running.status}: only the output of a succeeded job can be registered."]}
+
+    # Bob's job is not alice's to see: it does not exist for her.
+    response = register(registry, {"source_job": theirs.pk, "artifact_path": "model.joblib"})
+    assert response.json() == {"source_job": [f"No job {theirs.pk} in your departments."]}
+
+    # A platform admin sees it, but it belongs to another department than the model.
+    response = register(registry, {"source_job": theirs.pk, "artifact_path": "model.joblib"}, user=registry.admin)
+    assert response.status_code == 400
+    assert response.json()["source_job"][0].startswith(f"Job {theirs.pk} belongs to department nlp and model digits to vision")
+
+    response = register(registry, {"source_job": 999999, "artifact_path": "model.joblib"})
+    assert response.json() == {"source_job": ["No job 999999 in your departments."]}
+
+
+def test_it_names_every_problem_of_a_registration(registry, settings):
+    job = succeeded_job(registry, settings)
+    create_model(registry)
+
+    response = register(registry, {"artifact_path": "model.joblib", "framework": "caffe", "tag": {"a": "b"},
+                                   "metrics": {"acc": "high"}})
+    assert response.status_code == 400
+    errors = response.json()
+    assert errors["tag"] == ["Unknown field; did you mean 'tags'?"]
+    assert errors["metrics"] == {"acc": ["A valid number is required."]}
+
+    response = register(registry, {"artifact_path": "model.joblib", "framework": "caffe"})
+    assert response.json() == {
+        "framework": ["'caffe' is not a known framework; use one of: sklearn, xgboost, lightgbm, pytorch, tensorflow, onnx, other."],
+        "source_job": ["artifact_path is relative to a job's output folder: give the source_job that wrote it."],
+    }
+    response = register(registry, {"source_job": job.pk, "artifact_path": "model.joblib", "artifact_uri": "store://x/1/y"})
+    assert response.json() == {"artifact_uri": ["Give either artifact_uri, or source_job with artifact_path, not both."]}
+    response = register(registry, {})
+    assert response.json() == {"source_job": [
+        "Give the source_job (id of a succeeded job) and the artifact_path it wrote, or an artifact_uri."]}
+
+
+def test_the_job_output_folder_must_still_exist(registry, settings):
+    job = succeeded_job(registry, settings)
+    shutil.rmtree(run_dir(settings, job) / "output")
+    create_model(registry)
+
+    response = register(registry, {"source_job": job.pk, "artifact_path": "model.joblib"})
+
+    assert response.status_code == 400
+    assert "has no output folder any more" in response.json()["source_job"][0]
+
+
+# --- Registering from a URI --------------------------------------------------------------------
+
+def test_it_registers_store_uris_of_visible_models_and_allowed_files_only(registry, settings, tmp_path):
+    job = succeeded_job(registry, settings)
+    create_model(registry)
+    registered(registry, {"source_job": job.pk, "artifact_path": "model.joblib"})
+    create_model(registry, user=registry.bob, name="nlp-secret", department="nlp")
+    bobs = succeeded_job(registry, settings, user=registry.bob, department="nlp")
+    registered(registry, {"source_job": bobs.pk, "artifact_path": "model.joblib"}, user=registry.bob, model="nlp-secret")
+
+    body = registered(registry, {"artifact_uri": "store://digits/1/model.joblib", "framework": "sklearn"})
+    assert (body["version"], body["artifact_uri"]) == (2, "store://digits/2/model.joblib")
+    assert body["lineage"]["source_uri"] == "store://digits/1/model.joblib" and body["lineage"]["job"] is None
+    assert artifact_path(ModelVersion.objects.get(model__name="digits", version=2)).read_bytes() == b"a model"
+
+    refused = {
+        "store://nlp-secret/1/model.joblib": "Nothing at store://nlp-secret/1/model.joblib among the artifacts of your departments' models.",
+        "store://digits/../nlp-secret/1/model.joblib": "'store://digits/../nlp-secret/1/model.joblib' is not a valid store URI",
+        "s3://bucket/model.joblib": "'s3://bucket/model.joblib' cannot be registered: use a store://",
+        "file:///etc/passwd": "Registering from file:// is off: ask a platform admin to set PORTAL_ARTIFACT_IMPORT_DIRS",
+    }
+    for uri, message in refused.items():
+        response = register(registry, {"artifact_uri": uri})
+        assert response.status_code == 400, uri
+        assert response.json()["artifact_uri"][0].startswith(message), response.json()
+
+    allowed = tmp_path / "imports"
+    allowed.mkdir()
+    (allowed / "model.joblib").write_bytes(b"imported")
+    settings.PORTAL_ARTIFACT_IMPORT_DIRS = [allowed]
+    body = registered(registry, {"artifact_uri": f"file://{allowed}/model.joblib"})
+    assert body["artifact_uri"] == "store://digits/3/model.joblib"
+    (allowed / "model.joblib").unlink()
+    assert artifact_path(ModelVersion.objects.get(model__name="digits", version=3)).read_bytes() == b"imported"
+
+    response = register(registry, {"artifact_uri": f"file://{tmp_path}/secret.joblib"})
+    assert response.json()["artifact_uri"][0].startswith(f"'file://{tmp_path}/secret.joblib' is outside the folders")
+    response = register(registry, {"artifact_uri": f"file://{allowed}/gone.joblib"})
+    assert response.json()["artifact_uri"][0].startswith("'gone.joblib' does not exist in")
+
+
+# --- Models ------------------------------------------------------------------------------------
+
+def test_model_names_are_unique_slugs_in_a_department_of_the_caller(registry):
+    create_model(registry)
+    api = registry.api(registry.alice)
+
+    assert api.post("/api/v1/models/", {"name": "digits", "department": "vision"}, format="json").json() == {
+        "name": ["A model named 'digits' already exists; model names are unique across the portal, pick another."]}
+    response = api.post("/api/v1/models/", {"name": "Digits Model", "department": "nlp"}, format="json")
+    assert response.status_code == 400
+    assert set(response.json()) == {"name", "department"}
+    assert response.json()["department"] == ["You are not a member of a department called 'nlp'."]
+    body = registry.api(registry.admin).post("/api/v1/models/", {"name": "bert", "department": "nlp",
+                                                                 "description": "text"}, format="json").json()
+    assert body == {**body, "name": "bert", "department": "nlp", "description": "text", "version_count": 0,
+                    "latest_version": None, "aliases": {}, "created_by": "admin"}
+
+
+# --- Aliases and tags --------------------------------------------------------------------------
+
+def test_an_alias_points_to_one_version_and_setting_it_moves_it(registry, settings):
+    job = succeeded_job(registry, settings)
+    create_model(registry)
+    for _ in range(2):
+        registered(registry, {"source_job": job.pk, "artifact_path": "model.joblib"})
+    api = registry.api(registry.alice)
+
+    first = api.patch("/api/v1/models/digits/versions/1/", {"aliases": ["champion", "challenger"]}, format="json")
+    assert first.status_code == 200 and first.json()["aliases"] == ["challenger", "champion"]
+    second = api.patch("/api/v1/models/digits/versions/2/", {"aliases": ["champion"]}, format="json")
+    assert second.json()["aliases"] == ["champion"]
+
+    assert api.get("/api/v1/models/digits/versions/1/").json()["aliases"] == ["challenger"]
+    assert api.get("/api/v1/models/digits/").json()["aliases"] == {"challenger": 1, "champion": 2}
+    moves = AuditEvent.objects.filter(action="model.alias.set", target="digits@champion").order_by("pk")
+    assert [(e.actor.username, e.data) for e in moves] == [
+        ("alice", {"from_version": None, "to_version": 1}), ("alice", {"from_version": 1, "to_version": 2})]
+
+    cleared = api.patch("/api/v1/models/digits/versions/1/", {"aliases": []}, format="json")
+    assert cleared.json()["aliases"] == []
+    assert api.get("/api/v1/models/digits/").json()["aliases"] == {"champion": 2}
+    assert AuditEvent.objects.filter(action="model.alias.remove", target="digits@challenger").exists()
+
+    bad = api.patch("/api/v1/models/digits/versions/1/", {"aliases": ["Champion!", "2"]}, format="json")
+    assert bad.status_code == 400
+    assert bad.json()["aliases"][0].startswith("'Champion!' is not a valid alias: use 1-40 lowercase letters")
+
+
+def test_tags_are_merged_and_null_removes_one(registry, settings):
+    job = succeeded_job(registry, settings)
+    create_model(registry)
+    registered(registry, {"source_job": job.pk, "artifact_path": "model.joblib", "tags": {"dataset": "digits", "owner": "a"}})
+    api = registry.api(registry.alice)
+
+    body = api.patch("/api/v1/models/digits/versions/1/", {"tags": {"stage": "prod", "owner": None}}, format="json").json()
+
+    assert body["tags"] == {"dataset": "digits", "stage": "prod"}
+    response = api.patch("/api/v1/models/digits/versions/1/", {"tags": {"x": "y"}, "alias": ["a"]}, format="json")
+    assert response.status_code == 400 and response.json() == {"alias": ["Unknown field; did you mean 'aliases'?"]}
+
+
+# --- Tenancy: every endpoint and page ----------------------------------------------------------
+
+@pytest.fixture
+def one_version(registry, settings):
+    job = succeeded_job(registry, settings)
+    create_model(registry)
+    registered(registry, {"source_job": job.pk, "artifact_path": "model.joblib"})
+    return job
+
+
+API_CALLS = [
+    ("get", "/api/v1/models/digits/", None, 200),
+    ("get", "/api/v1/models/digits/versions/", None, 200),
+    ("post", "/api/v1/models/digits/versions/", "job", 201),
+    ("get", "/api/v1/models/digits/versions/1/", None, 200),
+    ("patch", "/api/v1/models/digits/versions/1/", {"tags": {"k": "v"}}, 200),
+]
+
+
+@pytest.mark.parametrize(("method", "url", "body", "ok"), API_CALLS)
+def test_the_api_hides_a_model_from_outsiders_and_anonymous_callers(registry, one_version, method, url, body, ok):
+    body = {"source_job": one_version.pk, "artifact_path": "model.joblib"} if body == "job" else body
+
+    def call(user):
+        return getattr(registry.api(user), method)(url, body, format="json") if body else getattr(registry.api(user), method)(url)
+
+    assert call(None).status_code == 401
+    assert call(registry.bob).status_code == 404
+    assert call(registry.alice).status_code == ok
+    assert call(registry.carol).status_code == ok
+    assert call(registry.admin).status_code == ok
+
+
+def test_the_model_list_shows_only_the_callers_departments(registry, one_version):
+    assert registry.api(None).get("/api/v1/models/").status_code == 401
+    assert registry.api(registry.bob).get("/api/v1/models/").json()["count"] == 0
+    assert [m["name"] for m in registry.api(registry.alice).get("/api/v1/models/").json()["results"]] == ["digits"]
+    assert [m["name"] for m in registry.api(registry.admin).get("/api/v1/models/?department=vision").json()["results"]] == ["digits"]
+    assert registry.api(registry.admin).get("/api/v1/models/?department=nlp").json()["count"] == 0
+
+
+PAGES = [
+    ("get", "/models/digits/", {}),
+    ("post", "/models/digits/versions/1/alias/", {"alias": "champion"}),
+    ("post", "/models/digits/versions/1/tags/", {"key": "k", "value": "v"}),
+    ("post", "/models/digits/versions/", {"source_job": "1", "artifact_path": "model.joblib"}),
+]
+
+
+@pytest.mark.parametrize(("method", "url", "data"), PAGES)
+def test_the_pages_hide_a_model_from_outsiders_and_send_anonymous_visitors_to_sign_in(registry, one_version, client,
+                                                                                        method, url, data):
+    response = getattr(client, method)(url, data)
+    assert response.status_code == 302 and response["Location"].startswith("/login/?next=")
+    client.force_login(registry.bob)
+    assert getattr(client, method)(url, data).status_code == 404
+    for user in (registry.alice, registry.admin):
+        client.force_login(user)
+        assert getattr(client, method)(url, data).status_code == (200 if method == "get" else 302)
+
+
+def test_the_models_page_lists_the_visible_models(registry, one_version, client):
+    assert client.get("/models/").status_code == 302
+    client.force_login(registry.bob)
+    assert "/models/digits/" not in client.get("/models/").content.decode()
+    client.force_login(registry.alice)
+    html = client.get("/models/").content.decode()
+    assert '<a href="/models/digits/">digits</a>' in html
+    assert 'href="/models/" aria-current="page">Models</a>' in html
+
+
+# --- The pages ---------------------------------------------------------------------------------
+
+def test_the_model_page_compares_versions_and_links_their_lineage(registry, settings, client):
+    first = succeeded_job(registry, settings, scalars={"accuracy/test": [0.5, 0.875]})
+    second = succeeded_job(registry, settings, scalars={"accuracy/test": [0.9375], "loss/train": [0.125]})
+    create_model(registry)
+    registered(registry, {"source_job": first.pk, "artifact_path": "model.joblib"})
+    registered(registry, {"source_job": second.pk, "artifact_path": "model.joblib", "tags": {"dataset": "v2"}})
+    client.force_login(registry.alice)
+
+    html = client.get("/models/digits/").content.decode()
+
+    assert f'<a href="/jobs/{first.pk}/">' in html and f'<a href="/jobs/{second.pk}/">' in html
+    assert f'href="https://git.example.com/team/digits/commit/{COMMIT}"' in html
+    assert "dataset=v2" in html
+    compare = html[html.index('id="metrics-heading"'):]
+    assert "<code>accuracy/test</code></th><td class=\"number\">0.875</td><td class=\"number\">0.9375</td>" in compare
+    assert '<code>loss/train</code></th><td class="number"><span class="muted">–</span></td><td class="number">0.125</td>' in compare
+
+    only_second = client.get("/models/digits/?compare=2").content.decode()
+    compare = only_second[only_second.index('id="metrics-heading"'):]
+    assert "<code>accuracy/test</code></th><td class=\"number\">0.9375</td></tr>" in compare
+
+
+def test_alias_and_tag_buttons_change_the_version(registry, one_version, client):
+    client.force_login(registry.alice)
+
+    response = client.post("/models/digits/versions/1/alias/", {"alias": "champion"}, follow=True)
+    assert "champion now points to version 1." in response.content.decode()
+    assert ModelVersion.objects.get(version=1).aliases.get().name == "champion"
+    client.post("/models/digits/versions/1/alias/", {"alias": "champion", "remove": "1"})
+    assert not ModelVersion.objects.get(version=1).aliases.exists()
+
+    client.post("/models/digits/versions/1/tags/", {"key": "stage", "value": "prod"})
+    assert ModelVersion.objects.get(version=1).tags == {"stage": "prod"}
+    client.post("/models/digits/versions/1/tags/", {"key": "stage", "remove": "1"})
+    assert ModelVersion.objects.get(version=1).tags == {}
+
+    bad = client.post("/models/digits/versions/1/alias/", {"alias": "Not OK"}, follow=True).content.decode()
+    assert "&#x27;Not OK&#x27; is not a valid alias" in bad
+
+
+def test_a_model_and_a_version_can_be_made_in_the_browser(registry, settings, client):
+    job = succeeded_job(registry, settings)
+    client.force_login(registry.alice)
+
+    refused = client.post("/models/", {"name": "Bad Name", "department": "vision"})
+    assert refused.status_code == 400 and "is not a valid model name" in refused.content.decode()
+    assert client.post("/models/", {"name": "digits", "department": "vision"})["Location"] == "/models/digits/"
+    page = client.post("/models/digits/versions/", {"source_job": str(job.pk), "artifact_path": "nope.joblib"}, follow=True)
+    assert "&#x27;nope.joblib&#x27; does not exist in the output folder of job" in page.content.decode()
+    page = client.post("/models/digits/versions/", {"source_job": str(job.pk), "artifact_path": "model.joblib"}, follow=True)
+    assert "Version 1 registered." in page.content.decode()
+    assert ModelVersion.objects.get().lineage["job"] == job.pk
+
+
+def test_the_model_pages_speak_chinese(registry, one_version, client):
+    client.force_login(registry.alice)
+    client.post("/i18n/setlang/", {"language": "zh-hans", "next": "/"})
+
+    assert "模型" in client.get("/models/").content.decode()
+    html = client.get("/models/digits/").content.decode()
+    assert "版本" in html and "指标对比" in html
