@@ -4,7 +4,8 @@ Owns reading /proc (proc_stat, start_time, alive, live_groups), telling whether 
 {"pgid", "starttime"} is still the job's (ours, immune to PID reuse), signalling and killing groups
 with a grace period (signal_group, kill_groups), reaping exited children (reap) and making the
 runner the subreaper of its workers' orphans (become_subreaper). Used by the runner and, through
-conclude_unsupervised, by LocalExecutor; it knows nothing of a job's directory.
+conclude_unsupervised, by LocalExecutor; it knows nothing of a job's directory. Detached servers
+(TensorBoards, model servers) are started, stopped and read with start_detached, stop_detached, log_tail.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 
 TICK = 0.05  # seconds between looks at workers, cancel requests and deadlines
@@ -117,3 +120,47 @@ def become_subreaper() -> None:
     """Orphans of the workers come to this runner, which reaps them, so their process groups end."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+# --- Detached servers (TensorBoards, model servers) ----------------------------------------------------
+
+SERVER_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")  # nothing of the portal's secrets or databases
+
+
+def start_detached(argv: list[str], *, log: Path, extra_env: dict[str, str] | None = None) -> tuple[int, int | None]:
+    """Start ``argv`` in the background with its output appended to ``log``; (pid, start time).
+
+    sh starts it and exits at once, so the server is nobody's child here: it outlives the request or worker
+    that started it and leaves no zombie behind. Raises OSError, ValueError or SubprocessError.
+    """
+    env = {name: value for name in SERVER_ENV if (value := os.environ.get(name))} | (extra_env or {})
+    result = subprocess.run(
+        ["sh", "-c", 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!', "sh", str(log), *argv],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, start_new_session=True, check=True, timeout=30,
+        env=env,
+    )
+    pid = int(result.stdout.strip())
+    return pid, start_time(pid)
+
+
+def stop_detached(pid: int | None, started: int | None, *, grace: float) -> None:
+    """SIGTERM the server's process group, wait up to ``grace`` seconds, then SIGKILL."""
+    if pid is None or not alive(pid, started):
+        return
+    stat = proc_stat(pid)
+    group = stat[1] if stat else pid
+    signal_group(group, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while alive(pid, started) and time.monotonic() < deadline:
+        time.sleep(TICK)
+    if alive(pid, started):
+        signal_group(group, signal.SIGKILL)
+
+
+def log_tail(path: Path, lines: int = 10) -> str:
+    """The last lines a server printed, to say why it died ("" if there is no log)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

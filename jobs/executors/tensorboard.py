@@ -6,11 +6,9 @@ No Django here: `jobs.boards` owns the rules and the records.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -81,21 +79,10 @@ class LocalBoardBackend:
         # --load_fast false: the pure-Python loader, not the Rust data server (one process, no extra binary).
         argv = [str(self.binary), "--logdir", str(self._folder(spec.board_id) / "runs"), "--path_prefix",
                 spec.path_prefix, "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"]
-        # Only what it needs from our environment: none of the portal's secrets or database URLs.
-        env = {name: value for name in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ") if (value := os.environ.get(name))}
         try:
-            # sh starts it in the background and exits at once: the board is nobody's child here, so it
-            # outlives this process and leaves no zombie in it.
-            result = subprocess.run(
-                ["sh", "-c", 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!', "sh",
-                 str(self._folder(spec.board_id) / "tensorboard.log"), *argv],
-                stdin=subprocess.DEVNULL, capture_output=True, text=True, start_new_session=True, check=True, timeout=30,
-                env=env,
-            )
-            pid = int(result.stdout.strip())
+            pid, started = local_procs.start_detached(argv, log=self._folder(spec.board_id) / "tensorboard.log")
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             raise BoardError(f"cannot start TensorBoard: {exc}", permanent=False) from exc
-        started = local_procs.start_time(pid)
         return BoardProcess(host="127.0.0.1", port=port, pid=pid, handle=str(started or ""))
 
     def sync_runs(self, spec: BoardSpec) -> None:
@@ -123,23 +110,11 @@ class LocalBoardBackend:
             return False
 
     def stop(self, process: BoardProcess) -> None:
-        if not self.alive(process):
-            return
-        stat = local_procs.proc_stat(process.pid)
-        group = stat[1] if stat else process.pid
-        local_procs.signal_group(group, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_grace_seconds
-        while self.alive(process) and time.monotonic() < deadline:
-            time.sleep(local_procs.TICK)
-        if self.alive(process):
-            local_procs.signal_group(group, signal.SIGKILL)
+        local_procs.stop_detached(process.pid, int(process.handle) if process.handle else None,
+                                  grace=self.stop_grace_seconds)
 
     def output(self, board_id: int) -> str:
-        try:
-            text = (self._folder(board_id) / "tensorboard.log").read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-10:])
+        return local_procs.log_tail(self._folder(board_id) / "tensorboard.log")
 
     def _folder(self, board_id: int) -> Path:
         return self.root / str(board_id)

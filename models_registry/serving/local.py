@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -88,21 +85,11 @@ class LocalServingBackend:
                 "--artifact", str(spec.artifact), "--port", str(port), "--store", str(spec.store_root)]
         for name, value in sorted(spec.faults.items()):
             argv += [f"--{name.replace('_', '-')}", str(value)]
-        # Only what it needs from our environment: none of the portal's secrets or database URLs.
-        env = {name: value for name in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ") if (value := os.environ.get(name))}
-        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
         try:
-            # sh starts it in the background and exits at once: the server is nobody's child here, so it
-            # outlives the worker or request that started it and leaves no zombie behind.
-            result = subprocess.run(
-                ["sh", "-c", 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!', "sh", str(folder / "server.log"), *argv],
-                stdin=subprocess.DEVNULL, capture_output=True, text=True, start_new_session=True, check=True, timeout=30,
-                env=env,
-            )
-            pid = int(result.stdout.strip())
+            pid, started = local_procs.start_detached(
+                argv, log=folder / "server.log", extra_env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             raise ServingError(f"cannot start the model server: {exc}", permanent=False) from exc
-        started = local_procs.start_time(pid)
         process = ServerProcess(url=f"http://127.0.0.1:{port}", model_name=spec.model_name, pid=pid, handle=str(started or ""))
         # Written down here too, so that a server whose variant (and row) is gone can still be found and stopped.
         (folder / "process.json").write_text(json.dumps(asdict(process)))
@@ -124,24 +111,11 @@ class LocalServingBackend:
         return process.pid is not None and local_procs.alive(process.pid, int(process.handle) if process.handle else None)
 
     def stop(self, process: ServerProcess) -> None:
-        if not self.alive(process):
-            return
-        stat = local_procs.proc_stat(process.pid)
-        group = stat[1] if stat else process.pid
-        local_procs.signal_group(group, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_grace_seconds
-        while self.alive(process) and time.monotonic() < deadline:
-            time.sleep(local_procs.TICK)
-        if self.alive(process):
-            local_procs.signal_group(group, signal.SIGKILL)
+        local_procs.stop_detached(process.pid, int(process.handle) if process.handle else None,
+                                  grace=self.stop_grace_seconds)
 
     def output(self, server_id: int) -> str:
-        try:
-            text = (self.root / str(server_id) / "server.log").read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-10:])
-
+        return local_procs.log_tail(self.root / str(server_id) / "server.log")
 
     def running(self) -> dict[int, ServerProcess]:
         found = {}
