@@ -1,12 +1,11 @@
-"""Deployments and their model servers (DESIGN.md "Models and serving", API.md "Deployments and inference").
+"""Deployments (DESIGN.md "Models and serving", API.md "Deployments and inference").
 
-Owns the Deployment, Variant, ModelServer and VariantStats rows and their rules: creating a deployment,
-changing its variants (validated by traffic.validate_variants, applied in one transaction with a revision
-bump, the previous variants kept in ``rollout["history"]`` for a rollback), promoting a variant, rolling
-back, stepping canary and rolling rollouts (traffic.canary_next / rolling_next, with automatic rollback),
-keeping one model server per variant running (servers_reconcile: start missing ones, restart crashed ones
-with backoff, stop those of removed variants) and adding the routers' in-memory counters to VariantStats
-(stats_flush). Every change is audit_record'ed. The router (models_registry/router.py) reads the routing
+Owns the Deployment, Variant and VariantStats rows and their rules: creating a deployment, changing its
+variants (validated by traffic.validate_variants, applied in one transaction with a revision bump, the
+previous variants kept in ``rollout["history"]`` for a rollback), promoting a variant, rolling back,
+stepping canary and rolling rollouts (traffic.canary_next / rolling_next, with automatic rollback) and
+adding the routers' in-memory counters to VariantStats (stats_flush). Model servers, one per variant, are
+models_registry/servers.py's. Every change is audit_record'ed. The router (models_registry/router.py) reads the routing
 table built here and never writes per request.
 
 Tenancy is quotas.permissions': members of the deployment's department read, call and change it; to anyone
@@ -15,10 +14,8 @@ else it does not exist (None here, 404 at the interfaces).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from pathlib import Path
+from datetime import datetime
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
@@ -26,25 +23,14 @@ from django.utils import timezone
 from config.celery import app as celery_app
 from config.errors import Conflict, InvalidInput
 from models_registry import traffic
-from models_registry.artifacts import ArtifactError, artifact_path, store_root
-from models_registry.models import Deployment, ModelServer, ModelVersion, RegisteredModel, Variant, VariantStats
-from models_registry.serving.local import LocalServingBackend, ServerProcess, ServerSpec, ServingBackend, ServingError
+from models_registry.models import Deployment, ModelVersion, RegisteredModel, Variant, VariantStats
+from models_registry.servers import READY, server_model_name, server_view
 from quotas import permissions
 from quotas.services import audit_record
 
 HISTORY_KEPT = 20  # previous variant sets a deployment remembers for rollbacks
-START_TIMEOUT = timedelta(seconds=60)  # a server not ready by then is killed and started again
-MAX_BACKOFF_SECONDS = 60
-# Only tests inject latency or errors into model servers (ModelVersion.tags "fault.delay_ms", "fault.fail_rate").
-FAULT_TAGS = ("delay_ms", "fail_rate")
 
 ROLLING_OUT = "rolling_out"
-STARTING, READY, FAILED, STOPPED = (ModelServer.Status.STARTING, ModelServer.Status.READY,
-                                    ModelServer.Status.FAILED, ModelServer.Status.STOPPED)
-
-
-def serving_backend() -> ServingBackend:
-    return LocalServingBackend(Path(settings.PORTAL_DATA_ROOT) / "serving")
 
 
 # --- Reads -------------------------------------------------------------------------------------------
@@ -92,7 +78,7 @@ def routing_table(name: str) -> dict | None:
         variants.append({
             "id": variant.pk, "name": variant.name, "weight": variant.weight, "shadow": variant.shadow,
             "model_version": variant.version.version, "ready": ready,
-            "url": f"{server.url}/v1/models/{_server_model_name(variant)}:predict" if ready else "",
+            "url": f"{server.url}/v1/models/{server_model_name(variant)}:predict" if ready else "",
         })
     return {"name": deployment.name, "department_id": deployment.department_id, "revision": deployment.revision,
             "sticky": deployment.sticky, "variants": variants, "signature": routing_signature(name)}
@@ -323,122 +309,6 @@ def _rollout_start(strategy: str, resolved: list[dict], given: dict) -> tuple[di
             "message": f"{new} starts at {state.weight}%"}, resolved
 
 
-# --- Servers -----------------------------------------------------------------------------------------
-
-def servers_reconcile(*, now: datetime | None = None) -> dict[str, int]:
-    """Keep exactly one ready server per variant: start missing ones, notice ready and dead ones, restart
-    crashed ones with backoff, stop the processes of variants that no longer exist."""
-    now = now or timezone.now()
-    backend = serving_backend()
-    counts = {"started": 0, "ready": 0, "restarted": 0, "stopped": 0}
-    variants = Variant.objects.select_related("version__model", "deployment")
-    for variant in variants:
-        server, _ = ModelServer.objects.get_or_create(variant=variant, defaults={"status": STOPPED})
-        process = _process(server, variant)
-        if server.status == READY:
-            if process is not None and backend.alive(process):
-                continue
-            ModelServer.objects.filter(pk=server.pk, status=READY, pid=server.pid).update(
-                status=FAILED, checked_at=now, message="The server exited; restarting it." + _tail(backend, variant))
-            server.refresh_from_db()
-        if server.status == STARTING:
-            if process is not None and backend.alive(process):
-                if backend.ready(process):
-                    counts["ready"] += ModelServer.objects.filter(pk=server.pk, status=STARTING, pid=server.pid).update(
-                        status=READY, checked_at=now, message="")
-                    continue
-                if server.started_at and now - server.started_at < START_TIMEOUT:
-                    continue
-                backend.stop(process)
-                message = f"Not ready after {int(START_TIMEOUT.total_seconds())} s; restarting it."
-            elif process is None and server.started_at and now - server.started_at < START_TIMEOUT:
-                continue  # someone else is starting it right now
-            else:
-                message = "The server exited while starting." + _tail(backend, variant)
-            ModelServer.objects.filter(pk=server.pk, status=STARTING, pid=server.pid).update(
-                status=FAILED, checked_at=now, message=message)
-            server.refresh_from_db()
-        if server.status == FAILED:
-            waited = (now - server.checked_at).total_seconds() if server.checked_at else MAX_BACKOFF_SECONDS
-            if waited < backoff_seconds(server.restarts):
-                continue
-            counts["restarted"] += _start(server, variant, backend, now=now, restart=True)
-        elif server.status == STOPPED:
-            counts["started"] += _start(server, variant, backend, now=now, restart=False)
-    counts["stopped"] = _stop_orphans(backend)
-    return counts
-
-
-def backoff_seconds(restarts: int) -> float:
-    """0 for the first restart, then 1, 2, 4 ... up to MAX_BACKOFF_SECONDS."""
-    return 0 if restarts == 0 else min(MAX_BACKOFF_SECONDS, 2 ** (restarts - 1))
-
-
-def servers_stop(*, deployment: Deployment | None = None) -> int:
-    """Stop the servers of one deployment (or of all): tests' teardown, and a deployment's deletion."""
-    backend = serving_backend()
-    servers = ModelServer.objects.select_related("variant__version__model")
-    if deployment is not None:
-        servers = servers.filter(variant__deployment=deployment)
-    stopped = 0
-    for server in servers:
-        process = _process(server, server.variant)
-        if process is not None:
-            backend.stop(process)
-            stopped += 1
-        ModelServer.objects.filter(pk=server.pk).update(status=STOPPED, pid=None, url="", message="Stopped.")
-    return stopped + _stop_orphans(backend)
-
-
-def _start(server: ModelServer, variant: Variant, backend: ServingBackend, *, now: datetime, restart: bool) -> int:
-    # Claimed with a conditional update, so that two reconcilers never start two processes for one variant.
-    claimed = ModelServer.objects.filter(pk=server.pk, status=server.status, pid=server.pid).update(
-        status=STARTING, pid=None, url="", handle="", started_at=now, checked_at=now,
-        restarts=F("restarts") + (1 if restart else 0), message="Starting.")
-    if not claimed:
-        return 0
-    try:
-        spec = ServerSpec(server_id=variant.pk, model_name=_server_model_name(variant),
-                          artifact=artifact_path(variant.version), store_root=store_root(), faults=_faults(variant.version))
-        process = backend.start(spec)
-    except (ServingError, ArtifactError) as exc:
-        ModelServer.objects.filter(pk=server.pk).update(status=FAILED, message=str(exc), checked_at=now)
-        return 0
-    ModelServer.objects.filter(pk=server.pk).update(url=process.url, pid=process.pid, handle=process.handle)
-    return 1
-
-
-def _stop_orphans(backend: ServingBackend) -> int:
-    """Processes whose variant is gone (removed by an update, or its deployment deleted)."""
-    running = backend.running()
-    orphans = set(running) - set(Variant.objects.filter(pk__in=list(running)).values_list("pk", flat=True))
-    for server_id in orphans:
-        backend.stop(running[server_id])
-        backend.forget(server_id)
-    return len(orphans)
-
-
-def _process(server: ModelServer, variant: Variant) -> ServerProcess | None:
-    if not server.url or server.pid is None:
-        return None
-    return ServerProcess(url=server.url, model_name=_server_model_name(variant), pid=server.pid, handle=server.handle)
-
-
-def _server_model_name(variant: Variant) -> str:
-    return variant.version.model.name
-
-
-def _faults(version: ModelVersion) -> dict:
-    if not getattr(settings, "PORTAL_SERVING_FAULT_INJECTION", False):
-        return {}
-    return {name: version.tags[f"fault.{name}"] for name in FAULT_TAGS if f"fault.{name}" in (version.tags or {})}
-
-
-def _tail(backend: ServingBackend, variant: Variant) -> str:
-    output = backend.output(variant.pk)
-    return f"\n{output}" if output else ""
-
-
 def _reconcile_soon() -> None:
     transaction.on_commit(lambda: celery_app.send_task("models_registry.tasks.reconcile_servers"))
 
@@ -537,13 +407,6 @@ def _stats_of(variant: Variant) -> VariantStats:
         return variant.stats
     except VariantStats.DoesNotExist:
         return VariantStats(variant=variant)
-
-
-def server_view(variant: Variant) -> dict:
-    server = getattr(variant, "server", None)
-    if server is None:
-        return {"status": "stopped", "restarts": 0, "message": "", "url": ""}
-    return {"status": server.status, "restarts": server.restarts, "message": server.message, "url": server.url}
 
 
 def _round(value) -> float | None:

@@ -10,7 +10,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from models_registry import deployments
+from models_registry import deployments, servers
 from models_registry.models import Deployment
 
 
@@ -94,7 +94,7 @@ class DeploymentOutputSerializer(serializers.Serializer):
 
 
 def _servers(deployment) -> list[dict]:
-    return [deployments.server_view(v) for v in deployments.variants_of(deployment)]
+    return [servers.server_view(v) for v in deployments.variants_of(deployment)]
 
 
 def _get(request, name: str) -> Deployment:

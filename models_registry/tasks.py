@@ -2,11 +2,11 @@
 
 from celery import shared_task
 
-from models_registry import deployments
+from models_registry import deployments, servers
 
 
 @shared_task(expires=10)
 def reconcile_servers() -> None:
     """Model servers (start, notice ready or dead, restart, stop orphans), then one step of running rollouts."""
-    deployments.servers_reconcile()
+    servers.servers_reconcile()
     deployments.deployments_progress()

@@ -22,7 +22,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from jobs.executors import local_procs
-from models_registry import deployments
+from models_registry import servers
 from models_registry.models import Deployment, ModelServer, ModelVersion, RegisteredModel, Variant
 from models_registry.serving.local import LocalServingBackend, ServerSpec
 from quotas.models import AuditEvent, Department
@@ -36,7 +36,7 @@ def poll(attempt, *, what: str, timeout: float = 30, reconcile: bool = False):
     deadline = time.monotonic() + timeout
     while True:
         if reconcile:
-            deployments.servers_reconcile()
+            servers.servers_reconcile()
         value = attempt()
         if value:
             return value
@@ -97,7 +97,7 @@ def portal(world, settings, tmp_path):
     settings.PORTAL_SERVING_FAULT_INJECTION = True
     yield world
     pids = [(s.pid, s.handle) for s in ModelServer.objects.exclude(pid=None)]
-    deployments.servers_stop()
+    servers.servers_stop()
     for pid, handle in pids:
         poll(lambda pid=pid, handle=handle: not local_procs.alive(pid, int(handle) if handle else None),
              what=f"model server {pid} to end", timeout=15)
@@ -157,8 +157,8 @@ def test_a_crashed_server_is_restarted(portal):
     restarted = poll(lambda: ModelServer.objects.filter(status="ready", restarts=1).exclude(pid=server.pid).first(),
                      what="the server to be restarted", reconcile=True)
     assert predict_direct(restarted.url, "iris") == (200, {"predictions": [1, 0]})
-    assert deployments.backoff_seconds(0) == 0 and deployments.backoff_seconds(3) == 4
-    assert deployments.backoff_seconds(50) == deployments.MAX_BACKOFF_SECONDS
+    assert servers.backoff_seconds(0) == 0 and servers.backoff_seconds(3) == 4
+    assert servers.backoff_seconds(50) == servers.MAX_BACKOFF_SECONDS
 
 
 def test_removing_a_variant_stops_its_server(portal):
