@@ -1,6 +1,9 @@
 """Websocket endpoints. Each closes with 4401 for anonymous callers and 4404 for what they may not see."""
 
+import time
+
 from channels.db import database_sync_to_async
+from django.contrib.auth import get_user_model
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from frontend.services import user_group
@@ -33,7 +36,13 @@ class NotificationConsumer(AsyncJsonWebsocketConsumer):
 
 
 class _LiveConsumer(AsyncJsonWebsocketConsumer):
-    """Joins the group of one object the user may see; relays jobs.live messages as they are."""
+    """Joins the group of one object the user may see; relays jobs.live messages as they are.
+
+    Access is looked at again before relaying, at most every RECHECK_SECONDS: a user removed from the
+    department stops receiving (the socket closes with 4404) instead of hearing until they reconnect.
+    """
+
+    RECHECK_SECONDS = 30.0
 
     async def connect(self):
         user = self.scope.get("user")
@@ -44,7 +53,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         if group is None:
             await self.close(code=NOT_FOUND)
             return
-        self.group = group
+        self.group, self.user, self.checked_at = group, user, time.monotonic()
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self.send_json({"type": "hello"})
@@ -52,11 +61,21 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
     def group_for(self, user) -> str | None:
         raise NotImplementedError
 
+    def _group_now(self) -> str | None:
+        """group_for with the user read again (memberships are cached on the user object)."""
+        user = get_user_model().objects.filter(pk=self.user.pk, is_active=True).first()
+        return self.group_for(user) if user is not None else None
+
     async def disconnect(self, code):
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def job_update(self, event):
+        if time.monotonic() - self.checked_at >= self.RECHECK_SECONDS:
+            if await database_sync_to_async(self._group_now)() != self.group:
+                await self.close(code=NOT_FOUND)
+                return
+            self.checked_at = time.monotonic()
         await self.send_json(event["payload"])
 
 

@@ -138,3 +138,25 @@ def test_nothing_is_pushed_for_a_change_that_was_rolled_back(world, client):
     message = async_to_sync(exchange)()
     assert message["events"][0]["message"] == "Cancelled by carol."
     assert Job.objects.get(pk=job.pk).status == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_a_member_removed_from_the_department_stops_hearing(world, client, monkeypatch):
+    from frontend.consumers import _LiveConsumer
+    from quotas.models import Membership
+
+    monkeypatch.setattr(_LiveConsumer, "RECHECK_SECONDS", 0.0)  # look again before every message
+    job = submit(world.alice)
+    cookie = session_cookie(client, world.carol)
+
+    async def exchange():
+        communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=[ORIGIN, cookie])
+        connected, _ = await communicator.connect(timeout=10)
+        assert connected and await communicator.receive_json_from(timeout=10) == {"type": "hello"}
+        await sync_to_async(Membership.objects.filter(user=world.carol, department__slug="vision").delete)()
+        await sync_to_async(services.job_cancel)(user=world.alice, job=await sync_to_async(Job.objects.get)(pk=job.pk))
+        closed = await communicator.receive_output(timeout=10)
+        await communicator.wait()
+        return closed
+
+    assert async_to_sync(exchange)() == {"type": "websocket.close", "code": 4404}
