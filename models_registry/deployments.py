@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, QuerySet
+from django.db.models import F, Prefetch, QuerySet
 from django.utils import timezone
 
 from config.celery import app as celery_app
@@ -42,13 +42,28 @@ def deployments_for(*, user, department: str = "") -> QuerySet[Deployment]:
     return deployments.order_by("name")
 
 
+def with_variants(deployments: QuerySet[Deployment]) -> QuerySet[Deployment]:
+    """For lists: every deployment's variants (version, server, stats) in one query, not one per deployment.
+    Only for reading: a deployment changed after this keeps the variants fetched here."""
+    return deployments.prefetch_related(
+        Prefetch("variants", queryset=Variant.objects.select_related("version", "server", "stats")))
+
+
 def deployment_get(*, user, name: str) -> Deployment | None:
     """The deployment if the user may see it; None otherwise (answered as 404 alike)."""
     return deployments_for(user=user).filter(name=name).first()
 
 
 def variants_of(deployment: Deployment) -> list[Variant]:
+    """Its variants by name, with version, server and stats (no query if fetched by with_variants)."""
+    if "variants" in getattr(deployment, "_prefetched_objects_cache", {}):
+        return sorted(deployment.variants.all(), key=lambda v: v.name)
     return list(deployment.variants.select_related("version", "server", "stats").order_by("name"))
+
+
+def variant_view(variant: Variant) -> dict:
+    """A variant as the API shows it: its spec and its server."""
+    return {**_spec_of(variant), "server": server_view(variant)}
 
 
 def variant_specs(deployment: Deployment) -> list[dict]:

@@ -10,7 +10,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from models_registry import deployments, servers
+from models_registry import deployments
 from models_registry.models import Deployment
 
 
@@ -79,8 +79,7 @@ class DeploymentOutputSerializer(serializers.Serializer):
 
     @extend_schema_field(VariantOutputSerializer(many=True))
     def get_variants(self, deployment) -> list[dict]:
-        return [{**spec, "server": server} for spec, server in zip(
-            deployments.variant_specs(deployment), _servers(deployment), strict=True)]
+        return [deployments.variant_view(v) for v in deployments.variants_of(deployment)]
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_rollout(self, deployment) -> dict:
@@ -91,10 +90,6 @@ class DeploymentOutputSerializer(serializers.Serializer):
 
     def get_metrics_url(self, deployment) -> str:
         return f"/api/v1/deployments/{deployment.name}/metrics/"
-
-
-def _servers(deployment) -> list[dict]:
-    return [servers.server_view(v) for v in deployments.variants_of(deployment)]
 
 
 def _get(request, name: str) -> Deployment:
@@ -114,7 +109,8 @@ class DeploymentListApi(GenericAPIView):
 
     @extend_schema(parameters=[OpenApiParameter("department", str)], responses=DeploymentOutputSerializer(many=True))
     def get(self, request):
-        queryset = deployments.deployments_for(user=request.user, department=request.query_params.get("department", ""))
+        queryset = deployments.with_variants(
+            deployments.deployments_for(user=request.user, department=request.query_params.get("department", "")))
         page = self.paginate_queryset(queryset)
         return self.get_paginated_response(DeploymentOutputSerializer(page, many=True).data)
 
