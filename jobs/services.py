@@ -6,6 +6,7 @@ after every submit, every ending and periodically (reconcile).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from datetime import UTC, datetime
@@ -23,10 +24,11 @@ from jobs.executors.base import (
     Placement, WorkerPlacement,
 )
 from jobs.executors.local import LocalExecutor
+from jobs.executors.manifests import ClusterSettings, ManifestError, department_gpu_limit
 from jobs.models import Job
 from jobs.submission import check_submission
 from jobs.transitions import StaleJob, job_created_event, job_transition
-from quotas.models import Cluster, Storage
+from quotas.models import Cluster, Quota, Storage
 from quotas.services import audit_record, scheduling_cycle
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,39 @@ def executor_for(cluster: Cluster) -> Executor:
             settings.PORTAL_DATA_ROOT / "executors" / cluster.name,
             allow_local_code=bool(cluster.settings.get("allow_local_code", False)),
         )
-    raise ExecutorError(f"Cluster {cluster.name} uses the {cluster.backend} backend, which is not available yet.", permanent=True)
+    if cluster.backend == Cluster.Backend.KUBERNETES:
+        return _kubernetes_executor(cluster)
+    raise ExecutorError(f"Cluster {cluster.name} uses the {cluster.backend} backend, which is not available.", permanent=True)
+
+
+def cluster_settings(cluster: Cluster) -> ClusterSettings:
+    """How the portal uses a Kubernetes cluster (its settings JSON with defaults, GPU memory from its pools)."""
+    try:
+        return ClusterSettings.from_cluster(
+            cluster.name, cluster.settings, [(pool.gpu_type, pool.gpu_memory_gb) for pool in cluster.pools.all()],
+        )
+    except ManifestError as exc:
+        raise ExecutorError(str(exc), permanent=True) from exc
+
+
+# One API client per cluster and process (a connection pool); rebuilt when the cluster's settings change.
+_kube_clients: dict[int, tuple[str, object]] = {}
+
+
+def _kubernetes_executor(cluster: Cluster) -> Executor:
+    from jobs.executors.kubernetes import Kube, KubernetesExecutor
+
+    key = json.dumps(cluster.settings, sort_keys=True)
+    cached = _kube_clients.get(cluster.pk)
+    if cached is None or cached[0] != key:
+        cached = _kube_clients[cluster.pk] = (key, Kube.from_settings(cluster.settings))
+    return KubernetesExecutor(cached[1], cluster_settings(cluster))
+
+
+def department_limit(department, cluster: Cluster) -> int:
+    """The most GPUs ``department`` may hold on ``cluster`` (its namespace's ResourceQuota on Kubernetes)."""
+    quotas = Quota.objects.filter(department=department, pool__cluster=cluster).select_related("pool")
+    return department_gpu_limit((quota.nominal, quota.borrowing_limit, quota.pool.total) for quota in quotas)
 
 
 # --- Submitting ------------------------------------------------------------------
@@ -216,11 +250,28 @@ def jobs_reconcile() -> int:
         states = _call(lambda: executor.poll([job.run_id for job in launched]))
         for job in launched:
             state = states.get(job.run_id)
-            if state is None:
+            if state is None and (job.cancel_requested_at or job.preempt_requested_at):
+                # Asked to stop and now gone (a cluster deletes a cancelled job's objects): it stopped.
+                state = ObservedState(phase=CANCELLED, reason="cancelled", finished_at=time.time(),
+                                      message="Stopped as asked: nothing of the job runs any more.")
+            elif state is None:
                 state = ObservedState(phase=LOST, reason="lost", message="The executor has no record of this job.")
             ended += job_observe(job=job, state=state)
     scheduling_cycle()
     return ended
+
+
+def jobs_collect_garbage() -> dict[str, list[str]]:
+    """Delete what the portal left on its clusters for jobs it no longer knows (a deleted job row, a run
+    replaced by a requeue). Objects of jobs it knows stay: their pods keep the logs. Runs periodically."""
+    deleted = {}
+    for cluster in Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES):
+        executor = executor_for(cluster)
+        keep = set(Job.objects.filter(cluster=cluster).exclude(run_id="").values_list("run_id", flat=True))
+        deleted[cluster.name] = _call(lambda: executor.collect_garbage(keep))
+        if deleted[cluster.name]:
+            log.info("cluster %s: removed the objects of %d unknown jobs", cluster.name, len(deleted[cluster.name]))
+    return deleted
 
 
 def _requeue(job: Job, now=None) -> None:
@@ -275,6 +326,8 @@ def job_spec(job: Job) -> JobSpec:
             for m in job.mounts if m["storage"] in storages
         ),
         env=dict(job.env), max_runtime_seconds=job.max_runtime_seconds, grace_seconds=_grace_seconds(job),
+        gpu_type=job.pool.gpu_type, priority=job.priority.name,
+        tensorboard=job.tensorboard, commit=job.commit or None,
     )
 
 

@@ -23,3 +23,8 @@ def reconcile_jobs() -> None:
 @shared_task(expires=60)
 def reconcile_tensorboards() -> None:
     boards.boards_reconcile()
+
+
+@shared_task(expires=600)
+def collect_garbage() -> None:
+    services.jobs_collect_garbage()

@@ -63,6 +63,10 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     max_runtime_seconds: int | None = None
     grace_seconds: int = 30
+    gpu_type: str = ""  # the pool's GPU type (kubernetes: the node selector); "" for CPU-only
+    priority: str = ""  # portal priority class name (kubernetes: the PriorityClass); "" for the cluster default
+    tensorboard: bool = True  # whether a board will read TENSORBOARD_LOG_DIR (kubernetes: on the job volume)
+    commit: str | None = None  # the commit an earlier run resolved (after a preemption): wins over code_ref
 
 
 # Phases an executor reports. "starting" covers fetching code and installing

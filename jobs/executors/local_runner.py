@@ -275,12 +275,13 @@ class Runner:
         return code, "\n".join(lines[-TAIL_LINES:])
 
     def fetch_code(self) -> str:
-        self.say(f"fetching {self.spec.code_url}" + (f" at {self.spec.code_ref}" if self.spec.code_ref else ""))
+        ref = self.spec.commit or self.spec.code_ref  # a re-run (after preemption) keeps the commit it ran
+        self.say(f"fetching {self.spec.code_url}" + (f" at {ref}" if ref else ""))
         code, output = self.setup_step(["git", "clone", "--quiet", "--", self.spec.code_url, str(self.job.code)])
-        if code == 0 and self.spec.code_ref:
+        if code == 0 and ref:
             # `--` makes a ref that is also a file name mean the ref; git still turns a remote branch
             # name into a local branch.
-            code, output = self.setup_step(["git", "checkout", "--quiet", self.spec.code_ref, "--"], cwd=self.job.code)
+            code, output = self.setup_step(["git", "checkout", "--quiet", ref, "--"], cwd=self.job.code)
         if code != 0:
             raise Ended(FAILED, "clone_failed", output or f"git failed with exit code {code}")
         head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=self.job.code, capture_output=True, text=True)

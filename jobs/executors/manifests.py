@@ -173,10 +173,12 @@ def labels(job: JobSpec) -> dict[str, str]:
 
 
 def job_manifests(
-    job: JobSpec, placement: Placement, cluster: ClusterSettings, *, gpu_type: str, priority: str | None = None,
-    tensorboard: bool = True, commit: str | None = None,
+    job: JobSpec, placement: Placement, cluster: ClusterSettings, *, gpu_type: str | None = None,
+    priority: str | None = None, tensorboard: bool | None = None, commit: str | None = None,
 ) -> list[dict]:
     """The manifests that run ``job``: one PyTorchJob / TFJob / MPIJob / batch Job.
+
+    ``gpu_type``, ``priority``, ``tensorboard`` and ``commit`` default to the spec's own values.
 
     ``commit`` (the resolved commit of an earlier run, e.g. after a preemption) wins over the job's ref.
     TENSORBOARD_LOG_DIR is set either way (it is part of the contract); without ``tensorboard`` it is
@@ -188,7 +190,11 @@ def job_manifests(
         raise ManifestError(f"Job {job.job_id} has {job.workers} workers but a placement for {len(placement.workers)}.")
     kind = kind_for(job)
     name = resource_name(job)
-    pod = _PodBuilder(job, cluster, gpu_type=gpu_type, priority=priority, commit=commit, name=name, tensorboard=tensorboard)
+    pod = _PodBuilder(
+        job, cluster, gpu_type=job.gpu_type if gpu_type is None else gpu_type,
+        priority=job.priority if priority is None else priority, commit=commit or job.commit, name=name,
+        tensorboard=job.tensorboard if tensorboard is None else tensorboard,
+    )
     metadata = {"name": name, "namespace": cluster.namespace(job.department), "labels": labels(job)}
     run_policy = {"cleanPodPolicy": "Running", "backoffLimit": cluster.backoff_limit}
     if job.max_runtime_seconds:
@@ -378,12 +384,16 @@ def namespace_manifest(department: str, cluster: ClusterSettings) -> dict:
     }
 
 
-def gpu_quota_manifest(department: str, nominal_gpus: int, cluster: ClusterSettings) -> dict:
-    """A second guard behind the portal's admission: the department's total nominal GPUs on this cluster."""
+def gpu_quota_manifest(department: str, gpu_limit: int, cluster: ClusterSettings) -> dict:
+    """A second guard behind the portal's admission: the most GPUs the department may hold on this cluster.
+
+    That is its nominal plus what it may borrow (``department_gpu_limit``), not the nominal alone: a
+    department running on borrowed GPUs that the portal admitted must not have its pods refused.
+    """
     return {
         "apiVersion": "v1", "kind": "ResourceQuota",
         "metadata": {"name": "portal-gpus", "namespace": cluster.namespace(department), "labels": _department_labels(department)},
-        "spec": {"hard": {f"requests.{cluster.gpu_resource}": str(nominal_gpus)}},
+        "spec": {"hard": {f"requests.{cluster.gpu_resource}": str(gpu_limit)}},
     }
 
 
@@ -400,8 +410,14 @@ def job_volume_manifest(department: str, cluster: ClusterSettings) -> dict:
     }
 
 
-def department_manifests(department: str, nominal_gpus: int, cluster: ClusterSettings) -> list[dict]:
-    return [namespace_manifest(department, cluster), gpu_quota_manifest(department, nominal_gpus, cluster),
+def department_gpu_limit(quotas: Iterable[tuple[int, int | None, int]]) -> int:
+    """The most GPUs a department may hold on a cluster, from its quotas as (nominal, borrowing_limit, pool
+    size): nominal + borrowing limit per pool (the whole pool when borrowing is unlimited), capped by the pool."""
+    return sum(min(total, total if limit is None else nominal + limit) for nominal, limit, total in quotas)
+
+
+def department_manifests(department: str, gpu_limit: int, cluster: ClusterSettings) -> list[dict]:
+    return [namespace_manifest(department, cluster), gpu_quota_manifest(department, gpu_limit, cluster),
             job_volume_manifest(department, cluster)]
 
 

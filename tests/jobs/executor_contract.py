@@ -274,6 +274,12 @@ class ExecutorContract:
             assert (state.phase, state.commit) == ("succeeded", commit), (ref, state)
             assert command_output(harness.log(jobs[ref]))[-1] == text, ref
 
+        # A re-run (after a preemption) carries the commit its first run resolved: the branch moved on since.
+        rerun = harness.launch(harness.spec(harness.code_url(repo.path), "cat version.txt", code_ref="main", commit=pinned))
+        state = harness.wait_final(rerun)
+        assert (state.phase, state.commit) == ("succeeded", pinned), state
+        assert command_output(harness.log(rerun))[-1] == "pinned commit"
+
     def test_code_that_cannot_be_fetched_fails_with_gits_own_message(self, harness, repo, tmp_path):
         missing = harness.launch(harness.spec(harness.code_url(tmp_path / "missing"), "true"))
         bad_ref = harness.launch(harness.spec(harness.code_url(repo.path), "true", code_ref="no-such-branch"))

@@ -19,7 +19,7 @@ from django.core.management.base import CommandError
 from jobs.executors.base import JobSpec, Mount, Placement, WorkerPlacement
 from jobs.executors.manifest_validation import ManifestInvalid, check_manifests, manifest_problems
 from jobs.executors.manifests import (
-    FETCH_SCRIPT, INSTALL_SCRIPT, ClusterSettings, ManifestError, department_manifests, job_manifests,
+    FETCH_SCRIPT, INSTALL_SCRIPT, ClusterSettings, ManifestError, department_gpu_limit, department_manifests, job_manifests,
     priority_class_manifests,
 )
 from jobs.management.commands.render_manifests import Command as RenderManifests
@@ -404,7 +404,8 @@ def test_render_manifests_renders_a_fractional_t4_job_and_the_department(k8s_wor
     check_manifests(documents)
     assert [d["kind"] for d in documents] == ["Namespace", "ResourceQuota", "PersistentVolumeClaim",
                                               "PriorityClass", "PriorityClass", "PriorityClass", "Job"]
-    assert documents[1]["spec"]["hard"] == {"requests.nvidia.com/gpu": "32"}  # 16 V100 + 16 T4 nominal
+    # vision may borrow without limit: the guard is both whole pools (32 V100 + 32 T4), not its 16 + 16 nominal
+    assert documents[1]["spec"]["hard"] == {"requests.nvidia.com/gpu": "64"}
     assert main_container(documents[-1]["spec"]["template"])["resources"] == {"limits": {"aliyun.com/gpu-mem": "8"}}
 
 
@@ -501,3 +502,11 @@ def test_cluster_settings_with_a_bad_value_are_refused_by_name():
     with pytest.raises(ManifestError, match="setting storage_pvcs must be an object"):
         ClusterSettings.from_cluster("k8s", {"storage_pvcs": ["vision-datasets"]})
     assert ClusterSettings.from_cluster("k8s", {"kubeconfig_context": "prod"}) == ClusterSettings(cluster="k8s")
+
+
+def test_the_gpu_guard_of_a_namespace_is_what_the_department_may_hold_not_its_nominal():
+    # (nominal, borrowing_limit, pool size): borrowing adds up to the pool, unlimited borrowing is the pool
+    assert department_gpu_limit([(8, 0, 32)]) == 8
+    assert department_gpu_limit([(8, 4, 32), (2, None, 16)]) == 12 + 16
+    assert department_gpu_limit([(30, 10, 32)]) == 32
+    assert department_gpu_limit([]) == 0

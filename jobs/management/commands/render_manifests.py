@@ -15,7 +15,6 @@ import sys
 import yaml
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import Sum
 from rest_framework.exceptions import ValidationError
 
 from config.errors import InvalidInput
@@ -25,9 +24,9 @@ from jobs.executors.manifests import (
     ClusterSettings, ManifestError, department_manifests, job_manifests, priority_class_manifests,
 )
 from jobs.models import Job
-from jobs.services import job_spec, placement_of
+from jobs.services import department_limit, job_spec, placement_of
 from jobs.submission import check_submission
-from quotas.models import Cluster, PriorityClass, Quota
+from quotas.models import Cluster, PriorityClass
 
 
 class _Dumper(yaml.SafeDumper):
@@ -89,9 +88,8 @@ class Command(BaseCommand):
                 tensorboard=job.tensorboard, commit=commit or None,
             )
             if with_department:
-                nominal = Quota.objects.filter(department=job.department, pool__cluster=cluster).aggregate(n=Sum("nominal"))["n"]
                 priorities = PriorityClass.objects.values_list("name", "value", "preemptible")
-                manifests = [*department_manifests(job.department.slug, nominal or 0, settings),
+                manifests = [*department_manifests(job.department.slug, department_limit(job.department, cluster), settings),
                              *priority_class_manifests(priorities, settings), *manifests]
             check_manifests(manifests)
         except ManifestError as exc:
