@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: install install-dev chromium run test migrate clean
+.PHONY: install install-dev chromium run test test-k8s migrate clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,7 @@ migrate: install
 run: migrate
 	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py demo --url "http://127.0.0.1:$(PORT)/"
-	@echo "Starting web, worker and scheduler; Ctrl-C stops them all."
+	@echo "Starting web, worker, beat (scheduler) and watcher; Ctrl-C stops them all."
 	$(VENV)/bin/honcho --procfile platform/Procfile --app-root . start --port $(PORT)
 
 # The browser tests (tests/browser) drive Debian's Chromium, never a browser Playwright downloads.
@@ -47,6 +47,12 @@ chromium:
 # Tests keep their files (test databases, broker folder, screenshots) apart from `make run`'s.
 test: install-dev chromium
 	PORTAL_DATA_ROOT="$${PORTAL_TEST_DATA_ROOT:-$(CURDIR)/var/test}" $(PY) -m pytest
+
+# The executor contract suite against a real cluster with the Training Operator (never run by `make test`):
+# KUBECONFIG plus the PORTAL_K8S_* variables that tests/k8s/test_contract_on_cluster.py documents.
+test-k8s: install-dev
+	@if [ -z "$$KUBECONFIG" ]; then echo "make test-k8s needs KUBECONFIG (see tests/k8s/test_contract_on_cluster.py)"; exit 2; fi
+	PORTAL_DATA_ROOT="$${PORTAL_TEST_DATA_ROOT:-$(CURDIR)/var/test-k8s}" $(PY) -m pytest tests/k8s/test_contract_on_cluster.py
 
 clean:
 	rm -rf var/test

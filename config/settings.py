@@ -97,6 +97,7 @@ INSTALLED_APPS = [
     "quotas",
     "jobs",
     "models_registry",
+    "builds",
     "frontend",
 ]
 
@@ -205,6 +206,8 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-tensorboards": {"task": "jobs.tasks.reconcile_tensorboards", "schedule": 60.0},
     # Model servers of deployment variants (start, restart crashed ones, stop removed ones) and rollout steps.
     "reconcile-model-servers": {"task": "models_registry.tasks.reconcile_servers", "schedule": 3.0},
+    # Image builds: launch queued Kaniko Jobs, follow running ones, add finished images to the catalogue.
+    "reconcile-image-builds": {"task": "builds.tasks.reconcile_builds", "schedule": 10.0},
 }
 
 # --- Auth, i18n, static ------------------------------------------------------

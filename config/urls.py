@@ -10,6 +10,7 @@ api_v1 = [
     path("", include("jobs.urls")),
     path("", include("models_registry.urls")),
     path("", include("models_registry.deployments_urls")),
+    path("", include("builds.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
@@ -24,5 +25,6 @@ urlpatterns = [
     path("serve/", include("models_registry.router")),
     path("deployments/", include("models_registry.deployment_urls_ui")),
     path("models/", include("models_registry.urls_ui")),
+    path("images/", include("builds.urls_ui")),
     path("", include("frontend.urls")),
 ]

@@ -5,10 +5,11 @@ of it must be visible to the user), starting one (idempotent: the board of the s
 reused, and started again when it is not running), noticing that its process became ready or died,
 recording visits, and stopping boards nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS.
 
-Processes are the backend's (BoardBackend in jobs/executors/tensorboard.py, like the executors): the local
-backend runs a real `tensorboard` on this host that serves a folder of links to the jobs' event
-folders; a Kubernetes backend (Deployment + Service reading the jobs' log volume) plugs in the same
-way. The backend part imports nothing from Django.
+Processes are the backend's (BoardBackend in jobs/executors/tensorboard.py, like the executors), chosen by
+the jobs' cluster: the local backend runs a real `tensorboard` on this host that serves a folder of links
+to the jobs' event folders; the Kubernetes backend (jobs/executors/tensorboard_k8s.py) runs a Deployment +
+Service in the department's namespace reading the jobs' subPaths of its job volume. The backend part
+imports nothing from Django.
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ from config.errors import Conflict, InvalidInput
 from jobs import selectors
 from jobs.executors.base import ExecutorError
 from jobs.executors.local_jobdir import JobDir
+from jobs.executors.manifests import tensorboard_subpath
 from jobs.executors.tensorboard import BoardBackend, BoardError, BoardProcess, BoardSpec, LocalBoardBackend
+from jobs.executors.tensorboard_k8s import DEFAULT_IMAGE, KubeBoardSpec, KubernetesBoardBackend
 from jobs.models import Job, TensorBoard
-from jobs.services import executor_for
+from jobs.services import cluster_settings, executor_for, kube_for
+from quotas.models import Cluster
 
 MAX_COMPARE = 10
 # A visit is written down at most this often: TensorBoard's UI sends many requests a minute.
@@ -40,8 +44,22 @@ STARTING, RUNNING, STOPPED, FAILED = (TensorBoard.Status.STARTING, TensorBoard.S
                                       TensorBoard.Status.STOPPED, TensorBoard.Status.FAILED)
 
 
-def board_backend() -> BoardBackend:
-    return LocalBoardBackend(settings.PORTAL_DATA_ROOT / "tensorboard")
+def board_backend(board: TensorBoard | None = None) -> BoardBackend:
+    """The backend of the board's jobs' cluster (they share one: board_start_compare sees to it)."""
+    cluster = _cluster_of(board) if board is not None else None
+    if cluster is None or cluster.backend != Cluster.Backend.KUBERNETES:
+        return LocalBoardBackend(settings.PORTAL_DATA_ROOT / "tensorboard")
+    try:
+        return KubernetesBoardBackend(
+            kube_for(cluster), cluster_settings(cluster), image=cluster.settings.get("tensorboard_image") or DEFAULT_IMAGE,
+            cluster_domain=cluster.settings.get("cluster_domain") or "cluster.local")
+    except ExecutorError as exc:
+        raise BoardError(exc.message, permanent=exc.permanent) from exc
+
+
+def _cluster_of(board: TensorBoard) -> Cluster | None:
+    job = board.jobs.select_related("cluster").order_by("pk").first()
+    return job.cluster if job is not None else None
 
 
 # --- Reads ----------------------------------------------------------------------------
@@ -102,6 +120,11 @@ def board_start_compare(*, user, job_ids: list[int], now: datetime | None = None
     without = [job.pk for job in jobs if not job.tensorboard]
     if without:
         raise Conflict(f"The job with {_ids(without)} was submitted with tensorboard=false and cannot be compared.")
+    places = {(job.cluster_id, job.department_id) for job in jobs}
+    if any(job.cluster.backend == Cluster.Backend.KUBERNETES for job in jobs) and len(places) > 1:
+        # One pod reads them all, and a pod mounts only its own namespace's job volume.
+        raise Conflict("Jobs on a Kubernetes cluster can be compared only with jobs of the same department "
+                       "on the same cluster.")
     board = _board_for_key(key="compare:" + ",".join(map(str, ids)), jobs=jobs, user=user)
     return board_ensure(board=board, user=user, restart_failed=True, now=now)
 
@@ -134,7 +157,7 @@ def board_ensure(*, board: TensorBoard, user=None, restart_failed: bool, now: da
     """Make sure the board's process runs: look at it, and start it (again) if it does not."""
     board = board_observe(board=board, now=now)
     if board.status == RUNNING:
-        _call(lambda: board_backend().sync_runs(_spec(board)))
+        _call(lambda: board_backend(board).sync_runs(_spec(board)))
         return board
     if board.status == STARTING or (board.status == FAILED and not restart_failed):
         return board
@@ -146,16 +169,21 @@ def board_observe(*, board: TensorBoard, now: datetime | None = None) -> TensorB
     if board.status not in (STARTING, RUNNING):
         return board
     now = now or timezone.now()
-    backend = board_backend()
     process = _process(board)
     if process is None:
         if board.started_at and (now - board.started_at).total_seconds() > CLAIM_SECONDS:
             _settle(board, to=FAILED, message="TensorBoard did not start in time.")
         return board
-    if backend.alive(process):
-        if board.status == STARTING and backend.ready(process):
-            _settle(board, to=RUNNING, message="")
-        return board
+    try:
+        backend = board_backend(board)
+        if backend.alive(process):
+            if board.status == STARTING and backend.ready(process):
+                _settle(board, to=RUNNING, message="")
+            return board
+    except BoardError as exc:
+        if exc.permanent:
+            _settle(board, to=FAILED, message=exc.message)
+        return board  # transient (the cluster did not answer): look again next time
     if board.status == STARTING:
         output = backend.output(board.pk)
         _settle(board, to=FAILED, message="TensorBoard exited while starting." + (f"\n{output}" if output else ""))
@@ -180,7 +208,7 @@ def board_stop(*, board: TensorBoard, message: str = "Stopped.") -> TensorBoard:
     if not _settle(board, to=STOPPED, message=message):
         return board  # someone else stopped or restarted it meanwhile
     if process is not None:
-        _call(lambda: board_backend().stop(process))
+        _call(lambda: board_backend(board).stop(process))
     return board
 
 
@@ -202,7 +230,7 @@ def boards_reconcile(*, now: datetime | None = None) -> int:
     for board in TensorBoard.objects.filter(status__in=[STARTING, RUNNING]):
         board = board_observe(board=board, now=now)
         if board.status == RUNNING:
-            _call(lambda board=board: board_backend().sync_runs(_spec(board)))
+            _call(lambda board=board: board_backend(board).sync_runs(_spec(board)))
     return stopped
 
 
@@ -230,7 +258,7 @@ def _start(board: TensorBoard, *, user, now: datetime) -> TensorBoard:
     )
     if claimed:
         try:
-            process = board_backend().start(spec)
+            process = board_backend(board).start(spec)
         except BoardError as exc:
             TensorBoard.objects.filter(pk=board.pk).update(status=FAILED, message=exc.message)
         else:
@@ -255,7 +283,14 @@ def _process(board: TensorBoard) -> BoardProcess | None:
 
 def _spec(board: TensorBoard) -> BoardSpec:
     runs = []
-    for job in board.jobs.select_related("cluster").order_by("pk"):
+    jobs = list(board.jobs.select_related("cluster", "department").order_by("pk"))
+    if jobs and jobs[0].cluster.backend == Cluster.Backend.KUBERNETES:
+        # Event files are on the department's job volume under each run's subPath (jobs/executors/manifests.py).
+        # Only the current run is known there: earlier runs of a re-queued job are not listed.
+        runs = [(f"{_run_name(job)}-{job.run_id}", tensorboard_subpath(job.run_id)) for job in jobs if job.run_id]
+        return KubeBoardSpec(board_id=board.pk, path_prefix=board_url(board).rstrip("/"), runs=tuple(runs),
+                             department=jobs[0].department.slug)
+    for job in jobs:
         runs.extend(_runs_of(job))
     return BoardSpec(board_id=board.pk, path_prefix=board_url(board).rstrip("/"), runs=tuple(runs))
 
@@ -271,8 +306,11 @@ def _runs_of(job: Job) -> list[tuple[str, str]]:
     run_ids = {path.name for path in jobs_root.glob(f"{job.pk}-*") if re.fullmatch(rf"{job.pk}-[0-9a-f]+", path.name)}
     if job.run_id:
         run_ids.add(job.run_id)
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", job.name)[:40] or "job"
-    return [(f"{name}-{run_id}", str(JobDir(jobs_root / run_id).tensorboard)) for run_id in sorted(run_ids)]
+    return [(f"{_run_name(job)}-{run_id}", str(JobDir(jobs_root / run_id).tensorboard)) for run_id in sorted(run_ids)]
+
+
+def _run_name(job: Job) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", job.name)[:40] or "job"
 
 
 def _call(operation):

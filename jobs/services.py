@@ -65,14 +65,21 @@ def cluster_settings(cluster: Cluster) -> ClusterSettings:
 _kube_clients: dict[int, tuple[str, object]] = {}
 
 
-def _kubernetes_executor(cluster: Cluster) -> Executor:
-    from jobs.executors.kubernetes import Kube, KubernetesExecutor
+def kube_for(cluster: Cluster):
+    """The cluster's ``jobs.executors.kubernetes.Kube`` (shared by jobs, boards and model servers)."""
+    from jobs.executors.kubernetes import Kube
 
     key = json.dumps(cluster.settings, sort_keys=True)
     cached = _kube_clients.get(cluster.pk)
     if cached is None or cached[0] != key:
         cached = _kube_clients[cluster.pk] = (key, Kube.from_settings(cluster.settings))
-    return KubernetesExecutor(cached[1], cluster_settings(cluster))
+    return cached[1]
+
+
+def _kubernetes_executor(cluster: Cluster) -> Executor:
+    from jobs.executors.kubernetes import KubernetesExecutor
+
+    return KubernetesExecutor(kube_for(cluster), cluster_settings(cluster))
 
 
 def department_limit(department, cluster: Cluster) -> int:

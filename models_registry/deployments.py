@@ -26,6 +26,7 @@ from models_registry import traffic
 from models_registry.models import Deployment, ModelVersion, RegisteredModel, Variant, VariantStats
 from models_registry.servers import READY, server_model_name, server_view
 from quotas import permissions
+from quotas.models import Cluster, Department, Quota
 from quotas.services import audit_record
 
 HISTORY_KEPT = 20  # previous variant sets a deployment remembers for rollbacks
@@ -155,7 +156,7 @@ def rollout_view(deployment: Deployment) -> dict:
 # --- Writes ------------------------------------------------------------------------------------------
 
 def deployment_create(*, user, name: str, department: str, model: str, strategy: str, variants: list[dict],
-                      sticky: bool = True, rollout: dict | None = None) -> Deployment:
+                      sticky: bool = True, rollout: dict | None = None, cluster: str = "") -> Deployment:
     dept = permissions.visible_departments(user).filter(slug=department).first()
     if dept is None or not permissions.can_use(user, dept):
         raise InvalidInput({"department": [f"You are not a member of a department {department!r}."]})
@@ -168,13 +169,14 @@ def deployment_create(*, user, name: str, department: str, model: str, strategy:
         raise InvalidInput({"strategy": [f"Choose one of {', '.join(Deployment.Strategy.values)}."]})
     if strategy == Deployment.Strategy.SHADOW and not any(v.get("shadow") for v in variants):
         raise InvalidInput({"variants": ["A shadow deployment needs a variant with \"shadow\": true."]})
+    where = _cluster_of(dept, cluster)
     resolved = _resolve_variants(registered, variants)
     plan, resolved = _rollout_start(strategy, resolved, rollout or {})
     try:
         with transaction.atomic():
             deployment = Deployment.objects.create(
-                name=name, department=dept, model=registered, strategy=strategy, sticky=sticky, created_by=user,
-                rollout=plan, status=ROLLING_OUT if plan else "active")
+                name=name, department=dept, model=registered, cluster=where, strategy=strategy, sticky=sticky,
+                created_by=user, rollout=plan, status=ROLLING_OUT if plan else "active")
             for spec in resolved:
                 _variant_create(deployment, spec)
             audit_record(actor=user, action="deployment.create", target=f"deployment {name}", department=dept,
@@ -322,6 +324,21 @@ def _rollout_start(strategy: str, resolved: list[dict], given: dict) -> tuple[di
     resolved = [{**spec, "weight": weights.get(spec["name"], spec["weight"])} for spec in resolved]
     return {"plan": plan.to_json(), "state": state.to_json(), "baseline": baseline, "new": new,
             "message": f"{new} starts at {state.weight}%"}, resolved
+
+
+def _cluster_of(department: Department, name: str) -> Cluster | None:
+    """The named cluster, or the department's default one as for jobs (jobs/submission.py): the oldest
+    cluster it has quota on. None (local model servers) when it has none."""
+    if name:
+        cluster = Cluster.objects.filter(name=name).first()
+        if cluster is None:
+            raise InvalidInput({"cluster": [f"No cluster called {name!r}; see GET /api/v1/clusters/."]})
+        if not Quota.objects.filter(department=department, pool__cluster=cluster).exists():
+            raise InvalidInput({"cluster": [f"Department {department.slug} has no quota on cluster {name}."]})
+        return cluster
+    quota = (Quota.objects.filter(department=department).select_related("pool__cluster")
+             .order_by("pool__cluster_id", "pool__gpu_type").first())
+    return quota.pool.cluster if quota is not None else None
 
 
 def _reconcile_soon() -> None:

@@ -51,6 +51,7 @@ class DeploymentInputSerializer(serializers.Serializer):
     variants = VariantSerializer(many=True, allow_empty=False)
     sticky = serializers.BooleanField(default=True)
     rollout = RolloutSerializer(required=False)
+    cluster = serializers.CharField(max_length=40, required=False, help_text="Default: the department's first cluster.")
 
 
 class DeploymentPatchSerializer(serializers.Serializer):
@@ -66,6 +67,7 @@ class DeploymentOutputSerializer(serializers.Serializer):
     name = serializers.CharField()
     department = serializers.CharField(source="department.slug")
     model = serializers.CharField(source="model.name")
+    cluster = serializers.CharField(source="cluster.name", allow_null=True)  # null: local servers
     strategy = serializers.CharField()
     sticky = serializers.BooleanField()
     status = serializers.CharField()

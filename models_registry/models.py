@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import models
 
 from jobs.models import Job
-from quotas.models import Department
+from quotas.models import Cluster, Department
 
 
 class RegisteredModel(models.Model):
@@ -76,6 +76,9 @@ class Deployment(models.Model):
     name = models.SlugField(max_length=63, unique=True)  # /serve/<name>/predict
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="deployments")
     model = models.ForeignKey(RegisteredModel, on_delete=models.PROTECT, related_name="deployments")
+    # Where its model servers run (local processes or KServe on Kubernetes); set on creation to the
+    # department's default cluster. Null: rows from before clusters served models (local servers).
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="deployments")
     strategy = models.CharField(max_length=10, choices=Strategy.choices, default=Strategy.AB)
     sticky = models.BooleanField(default=True)  # the same X-Routing-Key always reaches the same variant
     # Canary steps and guardrails, the rolling plan, where the rollout stands (models_registry/traffic.py).
@@ -111,7 +114,8 @@ class Variant(models.Model):
 
 
 class ModelServer(models.Model):
-    """A running model server of a variant (local backend: a process on this host speaking KServe V1)."""
+    """A running model server of a variant: a process on this host speaking KServe V1, or a KServe
+    InferenceService (``handle`` "<namespace>/<name>", no pid, ``url`` its address once ready)."""
 
     class Status(models.TextChoices):
         STARTING = "starting"
@@ -121,9 +125,9 @@ class ModelServer(models.Model):
 
     variant = models.OneToOneField(Variant, on_delete=models.CASCADE, related_name="server")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.STARTING)
-    url = models.CharField(max_length=300, blank=True)  # http://127.0.0.1:<port>
+    url = models.CharField(max_length=300, blank=True)  # http://127.0.0.1:<port>, or KServe's address
     pid = models.IntegerField(null=True, blank=True)
-    handle = models.CharField(max_length=100, blank=True)  # backend identity (local: process start time)
+    handle = models.CharField(max_length=100, blank=True)  # local: process start time; kubernetes: namespace/name
     restarts = models.PositiveIntegerField(default=0)
     message = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -93,7 +93,9 @@ def _table_of(data: dict) -> Table:
         if not variant["ready"]:
             continue
         address = urlsplit(variant["url"])
-        route = Route(id=variant["id"], name=variant["name"], host=address.hostname, port=address.port,
+        # KServe's addresses carry no port (http://<name>.<namespace>.svc.cluster.local): the scheme's default.
+        port = address.port or (443 if address.scheme == "https" else 80)
+        route = Route(id=variant["id"], name=variant["name"], host=address.hostname, port=port,
                       path=address.path, model_version=variant["model_version"])
         if variant["shadow"]:
             shadows.append(route)

@@ -2,13 +2,15 @@
 
 Owns the ModelServer rows: servers_reconcile starts missing servers, notices ready and crashed ones,
 restarts crashed ones with backoff and a restart count, and stops those of removed variants (and orphans
-whose rows are gone); servers_stop stops them. The processes themselves are the serving backend's
-(models_registry/serving/local.py, an adapter like the executors). Rules about deployments, variants and
-rollouts are in models_registry/deployments.py.
+whose rows are gone); servers_stop stops them. The servers themselves are the serving backend's, chosen
+by the deployment's cluster: local processes (models_registry/serving/local.py) or KServe
+InferenceServices (models_registry/serving/kubernetes.py), adapters like the executors. Rules about
+deployments, variants and rollouts are in models_registry/deployments.py.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -18,7 +20,15 @@ from django.utils import timezone
 
 from models_registry.artifacts import ArtifactError, artifact_path, store_root
 from models_registry.models import Deployment, ModelServer, ModelVersion, Variant
+from jobs.executors.base import ExecutorError
+from jobs.executors.manifests import ManifestError
+from jobs.services import cluster_settings, kube_for
+from models_registry.serving.kubernetes import KServeSpec, KubernetesServingBackend
 from models_registry.serving.local import LocalServingBackend, ServerProcess, ServerSpec, ServingBackend, ServingError
+from models_registry.serving.manifests import InferenceTarget, ServingSettings, service_name
+from quotas.models import Cluster
+
+logger = logging.getLogger(__name__)
 
 START_TIMEOUT = timedelta(seconds=60)  # a server not ready by then is killed and started again
 MAX_BACKOFF_SECONDS = 60
@@ -29,52 +39,85 @@ STARTING, READY, FAILED, STOPPED = (ModelServer.Status.STARTING, ModelServer.Sta
                                     ModelServer.Status.FAILED, ModelServer.Status.STOPPED)
 
 
-def serving_backend() -> ServingBackend:
-    return LocalServingBackend(Path(settings.PORTAL_DATA_ROOT) / "serving")
+def serving_backend(cluster: Cluster | None = None) -> ServingBackend:
+    """The backend of a deployment's cluster: local processes without one (or on a local cluster)."""
+    if cluster is None or cluster.backend == Cluster.Backend.LOCAL:
+        return LocalServingBackend(Path(settings.PORTAL_DATA_ROOT) / "serving")
+    if cluster.backend == Cluster.Backend.KUBERNETES:
+        try:
+            return KubernetesServingBackend(kube_for(cluster), ServingSettings.from_settings(cluster.name, cluster.settings))
+        except (ExecutorError, ManifestError) as exc:
+            raise ServingError(getattr(exc, "message", str(exc)), permanent=True) from exc
+    raise ServingError(f"Cluster {cluster.name} uses the {cluster.backend} backend, which cannot serve models.",
+                       permanent=True)
+
+
+class _Backends(dict):
+    """The backends of one reconcile, by cluster id (None: local)."""
+
+    def of(self, cluster: Cluster | None) -> ServingBackend:
+        key = cluster.pk if cluster is not None and cluster.backend != Cluster.Backend.LOCAL else None
+        if key not in self:
+            self[key] = serving_backend(cluster if key is not None else None)
+        return self[key]
 
 
 def servers_reconcile(*, now: datetime | None = None) -> dict[str, int]:
     """Keep exactly one ready server per variant: start missing ones, notice ready and dead ones, restart
-    crashed ones with backoff, stop the processes of variants that no longer exist."""
+    crashed ones with backoff, stop the servers of variants that no longer exist."""
     now = now or timezone.now()
-    backend = serving_backend()
+    backends = _Backends()
     counts = {"started": 0, "ready": 0, "restarted": 0, "stopped": 0}
-    variants = Variant.objects.select_related("version__model", "deployment")
-    for variant in variants:
-        server, _ = ModelServer.objects.get_or_create(variant=variant, defaults={"status": STOPPED})
-        process = _process(server, variant)
-        if server.status == READY:
-            if process is not None and backend.alive(process):
-                continue
-            ModelServer.objects.filter(pk=server.pk, status=READY, pid=server.pid).update(
-                status=FAILED, checked_at=now, message="The server exited; restarting it." + _tail(backend, variant))
-            server.refresh_from_db()
-        if server.status == STARTING:
-            if process is not None and backend.alive(process):
-                if backend.ready(process):
-                    counts["ready"] += ModelServer.objects.filter(pk=server.pk, status=STARTING, pid=server.pid).update(
-                        status=READY, checked_at=now, message="")
-                    continue
-                if server.started_at and now - server.started_at < START_TIMEOUT:
-                    continue
-                backend.stop(process)
-                message = f"Not ready after {int(START_TIMEOUT.total_seconds())} s; restarting it."
-            elif process is None and server.started_at and now - server.started_at < START_TIMEOUT:
-                continue  # someone else is starting it right now
-            else:
-                message = "The server exited while starting." + _tail(backend, variant)
-            ModelServer.objects.filter(pk=server.pk, status=STARTING, pid=server.pid).update(
-                status=FAILED, checked_at=now, message=message)
-            server.refresh_from_db()
-        if server.status == FAILED:
-            waited = (now - server.checked_at).total_seconds() if server.checked_at else MAX_BACKOFF_SECONDS
-            if waited < backoff_seconds(server.restarts):
-                continue
-            counts["restarted"] += _start(server, variant, backend, now=now, restart=True)
-        elif server.status == STOPPED:
-            counts["started"] += _start(server, variant, backend, now=now, restart=False)
-    counts["stopped"] = _stop_orphans(backend)
+    for variant in Variant.objects.select_related("version__model", "deployment__cluster", "deployment__department"):
+        try:
+            backend = backends.of(variant.deployment.cluster)
+            _reconcile_one(variant, backend, counts, now=now)
+        except ServingError as exc:
+            # The cluster cannot be asked right now (or is misconfigured): say so on the row, try again later.
+            ModelServer.objects.filter(variant=variant).exclude(status=READY).update(message=exc.message, checked_at=now)
+            logger.warning("model server of variant %s: %s", variant.pk, exc.message)
+    counts["stopped"] = _stop_orphans(backends)
     return counts
+
+
+def _reconcile_one(variant: Variant, backend: ServingBackend, counts: dict[str, int], *, now: datetime) -> None:
+    server, _ = ModelServer.objects.get_or_create(variant=variant, defaults={"status": STOPPED})
+    process = _process(server, variant)
+    if server.status == READY:
+        if process is not None and backend.alive(process):
+            return
+        message = "The server exited; restarting it." + _tail(backend, variant)
+        if process is not None:
+            backend.stop(process)  # a failed InferenceService stays until deleted; a dead process: no-op
+        ModelServer.objects.filter(pk=server.pk, status=READY, pid=server.pid).update(
+            status=FAILED, checked_at=now, message=message)
+        server.refresh_from_db()
+    if server.status == STARTING:
+        if process is not None and backend.alive(process):
+            if backend.ready(process):
+                counts["ready"] += ModelServer.objects.filter(pk=server.pk, status=STARTING, pid=server.pid).update(
+                    status=READY, checked_at=now, message="", url=_url(backend, process))
+                return
+            if server.started_at and now - server.started_at < START_TIMEOUT:
+                return
+            backend.stop(process)
+            message = f"Not ready after {int(START_TIMEOUT.total_seconds())} s; restarting it."
+        elif process is None and server.started_at and now - server.started_at < START_TIMEOUT:
+            return  # someone else is starting it right now
+        else:
+            message = "The server exited while starting." + _tail(backend, variant)
+            if process is not None:
+                backend.stop(process)
+        ModelServer.objects.filter(pk=server.pk, status=STARTING, pid=server.pid).update(
+            status=FAILED, checked_at=now, message=message)
+        server.refresh_from_db()
+    if server.status == FAILED:
+        waited = (now - server.checked_at).total_seconds() if server.checked_at else MAX_BACKOFF_SECONDS
+        if waited < backoff_seconds(server.restarts):
+            return
+        counts["restarted"] += _start(server, variant, backend, now=now, restart=True)
+    elif server.status == STOPPED:
+        counts["started"] += _start(server, variant, backend, now=now, restart=False)
 
 
 def backoff_seconds(restarts: int) -> float:
@@ -84,55 +127,98 @@ def backoff_seconds(restarts: int) -> float:
 
 def servers_stop(*, deployment: Deployment | None = None) -> int:
     """Stop the servers of one deployment (or of all): tests' teardown, and a deployment's deletion."""
-    backend = serving_backend()
-    servers = ModelServer.objects.select_related("variant__version__model")
+    backends = _Backends()
+    servers = ModelServer.objects.select_related("variant__version__model", "variant__deployment__cluster")
     if deployment is not None:
         servers = servers.filter(variant__deployment=deployment)
     stopped = 0
     for server in servers:
         process = _process(server, server.variant)
         if process is not None:
-            backend.stop(process)
-            stopped += 1
-        ModelServer.objects.filter(pk=server.pk).update(status=STOPPED, pid=None, url="", message="Stopped.")
-    return stopped + _stop_orphans(backend)
+            try:
+                backends.of(server.variant.deployment.cluster).stop(process)
+            except ServingError as exc:
+                logger.warning("stopping the model server of variant %s: %s", server.variant_id, exc.message)
+            else:
+                stopped += 1
+        ModelServer.objects.filter(pk=server.pk).update(status=STOPPED, pid=None, url="", handle="", message="Stopped.")
+    return stopped + _stop_orphans(backends)
 
 
 def _start(server: ModelServer, variant: Variant, backend: ServingBackend, *, now: datetime, restart: bool) -> int:
-    # Claimed with a conditional update, so that two reconcilers never start two processes for one variant.
+    # Claimed with a conditional update, so that two reconcilers never start two servers for one variant.
     claimed = ModelServer.objects.filter(pk=server.pk, status=server.status, pid=server.pid).update(
         status=STARTING, pid=None, url="", handle="", started_at=now, checked_at=now,
         restarts=F("restarts") + (1 if restart else 0), message="Starting.")
     if not claimed:
         return 0
     try:
-        spec = ServerSpec(server_id=variant.pk, model_name=server_model_name(variant),
-                          artifact=artifact_path(variant.version), store_root=store_root(), faults=_faults(variant.version))
-        process = backend.start(spec)
-    except (ServingError, ArtifactError) as exc:
-        ModelServer.objects.filter(pk=server.pk).update(status=FAILED, message=str(exc), checked_at=now)
+        process = backend.start(_spec(variant))
+    except (ServingError, ArtifactError, ExecutorError) as exc:
+        ModelServer.objects.filter(pk=server.pk).update(status=FAILED, message=getattr(exc, "message", str(exc)),
+                                                        checked_at=now)
         return 0
     ModelServer.objects.filter(pk=server.pk).update(url=process.url, pid=process.pid, handle=process.handle)
     return 1
 
 
-def _stop_orphans(backend: ServingBackend) -> int:
-    """Processes whose variant is gone (removed by an update, or its deployment deleted)."""
-    running = backend.running()
-    orphans = set(running) - set(Variant.objects.filter(pk__in=list(running)).values_list("pk", flat=True))
-    for server_id in orphans:
-        backend.stop(running[server_id])
-        backend.forget(server_id)
-    return len(orphans)
+def _spec(variant: Variant) -> ServerSpec:
+    version, cluster = variant.version, variant.deployment.cluster
+    common = {"server_id": variant.pk, "model_name": server_model_name(variant), "artifact": artifact_path(version),
+              "store_root": store_root(), "faults": _faults(version)}
+    if cluster is None or cluster.backend == Cluster.Backend.LOCAL:
+        return ServerSpec(**common)
+    department = variant.deployment.department.slug
+    target = InferenceTarget(
+        server_id=variant.pk, deployment=variant.deployment.name, variant=variant.name, department=department,
+        namespace=cluster_settings(cluster).namespace(department), artifact_uri=version.artifact_uri,
+        framework=version.framework, replicas=variant.replicas)
+    return KServeSpec(**common, target=target)
+
+
+def _url(backend: ServingBackend, process: ServerProcess) -> str:
+    # An InferenceService gets its address only once KServe has made it; a local server has it from the start.
+    return backend.url(process) if isinstance(backend, KubernetesServingBackend) else process.url
+
+
+def _stop_orphans(backends: _Backends) -> int:
+    """Servers whose variant is gone (removed by an update, or its deployment deleted), on this host and on
+    every Kubernetes cluster set up for serving (those with an artifact_uri_prefix)."""
+    backends.of(None)
+    for cluster in Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES):
+        if cluster.settings.get("artifact_uri_prefix"):
+            try:
+                backends.of(cluster)
+            except ServingError as exc:
+                logger.warning("cluster %s: %s", cluster.name, exc.message)
+    stopped = 0
+    for backend in backends.values():
+        try:
+            running = backend.running()
+            orphans = set(running) - set(Variant.objects.filter(pk__in=list(running)).values_list("pk", flat=True))
+            for server_id in orphans:
+                backend.stop(running[server_id])
+                backend.forget(server_id)
+                stopped += 1
+        except ServingError as exc:
+            logger.warning("looking for orphaned model servers: %s", exc.message)
+    return stopped
 
 
 def _process(server: ModelServer, variant: Variant) -> ServerProcess | None:
-    if not server.url or server.pid is None:
+    """What the backend knows the server by: a process (url + pid) or an InferenceService (handle "ns/name")."""
+    on_cluster = "/" in server.handle
+    if not on_cluster and (not server.url or server.pid is None):
         return None
     return ServerProcess(url=server.url, model_name=server_model_name(variant), pid=server.pid, handle=server.handle)
 
 
 def server_model_name(variant: Variant) -> str:
+    """The name the model server serves it under: /v1/models/<name>:predict."""
+    cluster = variant.deployment.cluster
+    if cluster is not None and cluster.backend == Cluster.Backend.KUBERNETES:
+        # KServe serves a model under its InferenceService's name, one per variant.
+        return service_name(variant.deployment.name, variant.name, variant.pk)
     return variant.version.model.name
 
 

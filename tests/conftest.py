@@ -14,6 +14,9 @@ from quotas.demo import demo_load
 from quotas.inventory import SIMULATED
 from quotas.tokens import token_create
 
+# The Kubernetes API fake (`kube`, `kube_api` fixtures) for every test directory.
+pytest_plugins = ["tests.k8s.fixtures"]
+
 PASSWORD = "correct-horse-battery"
 
 

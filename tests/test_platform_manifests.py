@@ -42,10 +42,11 @@ RBAC = {
         ("", "persistentvolumeclaims"): {"get", "list", "create"},
         ("", "pods"): {"get", "list", "watch"},
         ("", "pods/log"): {"get"},
-        ("kubeflow.org", "pytorchjobs"): {"get", "list", "watch", "create", "delete"},
-        ("kubeflow.org", "tfjobs"): {"get", "list", "watch", "create", "delete"},
-        ("kubeflow.org", "mpijobs"): {"get", "list", "watch", "create", "delete"},
-        ("batch", "jobs"): {"get", "list", "watch", "create", "delete"},
+        ("kubeflow.org", "pytorchjobs"): {"get", "list", "watch", "create", "patch", "delete"},
+        ("kubeflow.org", "tfjobs"): {"get", "list", "watch", "create", "patch", "delete"},
+        ("kubeflow.org", "mpijobs"): {"get", "list", "watch", "create", "patch", "delete"},
+        ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
+        ("", "configmaps"): {"get", "create", "delete"},
         ("serving.kserve.io", "inferenceservices"): {"get", "list", "watch", "create", "patch", "delete"},
         ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
         ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
@@ -286,12 +287,12 @@ def test_it_runs_one_deployment_per_procfile_process(rendered):
             if container in doc["spec"]["template"]["spec"]["containers"]:
                 assert len(container["args"]) == 1, container["args"]
                 processes[container["args"][0]] = doc
-        assert set(processes) == set(procfile()) == {"web", "worker", "beat"}
+        assert set(processes) == set(procfile()) == {"web", "worker", "beat", "watcher"}
         beat = processes["beat"]["spec"]
         assert beat["replicas"] == 1 and beat["strategy"] == {"type": "Recreate"}
         migrate = beat["template"]["spec"]["initContainers"]
         assert [c["args"] for c in migrate] == [["python", "manage.py", "migrate", "--noinput"]]
-        for process in ("web", "worker"):
+        for process in ("web", "worker", "watcher"):
             (wait,) = processes[process]["spec"]["template"]["spec"]["initContainers"]
             assert "manage.py migrate --check" in wait["args"][-1]
 

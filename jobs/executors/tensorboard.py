@@ -1,5 +1,5 @@
 """TensorBoard servers behind a small interface (an adapter, like the executors): the local backend runs
-`tensorboard` processes on this host; a Kubernetes backend (Deployment + Service) comes with that executor.
+`tensorboard` processes on this host; the Kubernetes backend (Deployment + Service) is in tensorboard_k8s.py.
 No Django here: `jobs.boards` owns the rules and the records.
 """
 

@@ -27,8 +27,8 @@ from jobs.api import parse_job_input
 
 ROOT = Path(settings.BASE_DIR)
 CATALOGUES = ROOT / "locale" / "zh_Hans" / "LC_MESSAGES"
-PYTHON_SOURCES = ["frontend", "quotas", "jobs", "models_registry", "config"]
-TEMPLATES = ROOT / "frontend" / "templates"
+PYTHON_SOURCES = ["frontend", "quotas", "jobs", "models_registry", "builds", "config"]
+TEMPLATES = [ROOT / app / "templates" for app in PYTHON_SOURCES if (ROOT / app / "templates").is_dir()]
 SCRIPT = ROOT / "frontend" / "static" / "frontend" / "portal.js"
 HAN = re.compile(r"[\u4e00-\u9fff]")
 # pending_reason -> (label in Chinese, in English)
@@ -223,7 +223,7 @@ def source_messages() -> tuple[set, set]:
     """(context, msgid) of every marked string: (templates and Python, portal.js)."""
     call = re.compile(r"\b(n?p?gettext(?:_lazy)?)\(((?:u?'(?:[^'\\]|\\.)*'|u?\"(?:[^\"\\]|\\.)*\"|,\s*)+)")
     django = set()
-    for template in TEMPLATES.rglob("*.html"):
+    for template in (path for folder in TEMPLATES for path in folder.rglob("*.html")):
         for name, args in call.findall(templatize(template.read_text(encoding="utf-8"), origin=str(template))):
             strings = ast.literal_eval(f"[{args.rstrip(', ')}]")
             django.add((strings[0], strings[1]) if name.startswith(("pgettext", "npgettext")) else (None, strings[0]))
