@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 LAUNCH_WATCH_SECONDS = 3.0
 # An admitted job whose launch never happened (a lost task) is launched again after this.
 RELAUNCH_AFTER_SECONDS = 30
+# A job asked to stop (cancel, preemption) that still holds its GPUs this long after its grace period is
+# told again: the worker that held the stop task may have died with it. Stopping is idempotent.
+RESEND_STOP_AFTER_SECONDS = 30
 
 
 def executor_for(cluster: Cluster) -> Executor:
@@ -141,7 +144,9 @@ def job_cancel(*, user, job: Job) -> Job:
                  data={"status": job.status})
     if job.status in (lifecycle.QUEUED, lifecycle.ADMITTED) and job.launched_at is None:
         try:
-            job_transition(job=job, to=lifecycle.CANCELLED, reason="cancelled", message=f"Cancelled by {user.username}.")
+            message = f"Cancelled by {user.username}."
+            job_transition(job=job, to=lifecycle.CANCELLED, reason="cancelled", message=message, status_message=message,
+                           pending_reason="")
         except StaleJob:
             job.refresh_from_db()
             return job_cancel(user=user, job=job)
@@ -252,6 +257,9 @@ def jobs_reconcile() -> int:
         for job in jobs:
             if job.launched_at is None and (now - job.admitted_at).total_seconds() > RELAUNCH_AFTER_SECONDS:
                 celery_app.send_task("jobs.tasks.launch_job", args=[job.pk])
+            asked = job.cancel_requested_at or job.preempt_requested_at
+            if asked and (now - asked).total_seconds() > _grace_seconds(job) + RESEND_STOP_AFTER_SECONDS:
+                celery_app.send_task("jobs.tasks.cancel_job", args=[job.pk])
         if not launched:
             continue
         states = _call(lambda: executor.poll([job.run_id for job in launched]))

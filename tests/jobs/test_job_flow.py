@@ -2,9 +2,11 @@
 
 import subprocess
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from jobs import services
 from jobs.models import Job
@@ -225,3 +227,26 @@ def test_a_department_reclaims_its_gpus_from_a_preemptible_borrower(world, repo)
     assert events[-2:] == [("preempted", "reclaim"), ("queued", "requeued")]
     log = world.api(world.bob).get(f"/api/v1/jobs/{victim.pk}/logs/").content.decode()
     assert "checkpointed" in log  # the stopped run's log stays readable until the job runs again
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_whose_task_was_lost_is_sent_again_by_the_reconcile(world, repo, monkeypatch):
+    job = submit(world, world.alice, code_url=repo, command="bash trap.sh")
+    services.job_launch(job_id=job["id"])
+    wait_for(lambda: "waiting" in world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/").content.decode(),
+             what="the job to start waiting")
+    sent = []
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args: sent.append((name, args)))
+    # The user cancelled, but the worker that held the cancel task died with it: only the row says so.
+    response = world.api(world.alice).post(f"/api/v1/jobs/{job['id']}/cancel/")
+    assert response.status_code == 200 and sent == [("jobs.tasks.cancel_job", [job["id"]])]
+    sent.clear()
+    services.jobs_reconcile()
+    assert sent == []  # within the grace period: the first request may still be under way
+
+    late = timezone.now() - timedelta(seconds=30 + services.RESEND_STOP_AFTER_SECONDS + 1)  # grace 30 s
+    Job.objects.filter(pk=job["id"]).update(cancel_requested_at=late)
+    services.jobs_reconcile()
+    assert sent == [("jobs.tasks.cancel_job", [job["id"]])]
+    services.job_stop_on_executor(job_id=job["id"])  # what that task does
+    wait_for(lambda: status_of(job["id"]) == "cancelled", what="the job to be cancelled")
