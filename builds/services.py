@@ -27,6 +27,7 @@ from config.errors import Conflict, InvalidInput
 from jobs.executors.base import ExecutorError
 from jobs.executors.manifest_validation import ManifestInvalid, check_manifests
 from jobs.executors.manifests import ManifestError, namespace_manifest
+from jobs.services import executor_call
 from quotas import permissions
 from quotas.models import Cluster, FrameworkImage
 from quotas.services import audit_record
@@ -123,12 +124,12 @@ def build_launch(*, build_id: int) -> None:
         _finish(build, ImageBuild.Status.FAILED, f"Cannot build on cluster {build.cluster.name}: {exc}")
         return
     kube = kube_for(build.cluster)
-    _call(lambda: kube.create(namespace_manifest(spec.department, cluster)))
-    job, _created = _call(lambda: kube.create(job_manifest))
+    executor_call(lambda: kube.create(namespace_manifest(spec.department, cluster)))
+    job, _created = executor_call(lambda: kube.create(job_manifest))
     if spec.pasted:
         # Owned by the Job: deleting the Job deletes it. Its pod waits for the volume until it exists.
         config_map = manifests.context_config_map(spec, cluster, job_uid=job["metadata"]["uid"])
-        _call(lambda: kube.create(config_map))
+        executor_call(lambda: kube.create(config_map))
     updated = ImageBuild.objects.filter(pk=build.pk, status=ImageBuild.Status.QUEUED, launched_at__isnull=True).update(
         launched_at=timezone.now(), destination=manifests.destination(spec, settings),
         message="Waiting for the build pod to start.",
@@ -137,7 +138,7 @@ def build_launch(*, build_id: int) -> None:
         build.refresh_from_db()
         if build.status == ImageBuild.Status.CANCELLED:
             ImageBuild.objects.filter(pk=build.pk).update(cleanup_pending=True)
-            _call(lambda: _clean_up(build))
+            executor_call(lambda: _clean_up(build))
 
 
 def _observe(build: ImageBuild):
@@ -145,8 +146,8 @@ def _observe(build: ImageBuild):
     cluster, _settings = build_settings(build.cluster)
     kube = kube_for(build.cluster)
     namespace = cluster.namespace(build.department.slug)
-    job = _call(lambda: kube.get("batch/v1", "Job", namespace, manifests.job_name(build_spec(build))))
-    pods, _version = _call(lambda: kube.list("v1", "Pod", namespace=namespace,
+    job = executor_call(lambda: kube.get("batch/v1", "Job", namespace, manifests.job_name(build_spec(build))))
+    pods, _version = executor_call(lambda: kube.list("v1", "Pod", namespace=namespace,
                                              labels=f"{manifests.BUILD_ID_LABEL}={build.pk}"))
     return kube, namespace, observe(job, pods)
 
@@ -253,13 +254,3 @@ def _clean_up(build: ImageBuild) -> None:
 def _finish(build: ImageBuild, status: str, message: str) -> None:
     ImageBuild.objects.filter(pk=build.pk, status__in=ImageBuild.ACTIVE).update(
         status=status, message=message, finished_at=timezone.now())
-
-
-def _call(operation):
-    try:
-        return operation()
-    except ExecutorError as exc:
-        if exc.permanent:
-            raise
-        raise TransientError(exc.message) from exc
-

@@ -10,13 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from builds.models import ImageBuild
 from config.errors import InvalidInput
 from builds.manifests import BuildSettings, BuildSetupError
 from jobs.executors.manifests import ClusterSettings, ManifestError
-from jobs.submission import DNS_1035, GIT_REF
+from jobs.submission import DNS_1035, GIT_REF, pip_requirements
 from quotas import permissions
 from quotas.models import Cluster, Department, FrameworkImage
 
@@ -78,7 +76,8 @@ def check_build(*, user, data: dict, type_errors: dict | None = None) -> CleanBu
     framework = data.get("framework") or FrameworkImage.Framework.PYTHON
     if framework not in FrameworkImage.Framework.values:
         fail("framework", f"Choose one of: {', '.join(FrameworkImage.Framework.values)} (not {framework!r}).")
-    base_packages = _base_packages(data.get("base_packages") or [], fail)
+    base_packages = pip_requirements(data.get("base_packages") or [], fail, field="base_packages",
+                                     limit=MAX_BASE_PACKAGES, too_many="")
 
     if errors:
         raise InvalidInput(errors)
@@ -162,19 +161,3 @@ def _repository(data: dict, url: str, fail) -> None:
         if value and not REPO_PATH.match(value):
             fail(field, "Give a path relative to the repository's root (letters, digits, '.', '_', '-', '/'; "
                  "no '..', not starting with '/').")
-
-
-def _base_packages(items: list[str], fail) -> list[str]:
-    if len(items) > MAX_BASE_PACKAGES:
-        fail("base_packages", f"List at most {MAX_BASE_PACKAGES} packages.")
-        return []
-    clean = []
-    for index, item in enumerate(items):
-        text = item.strip()
-        try:
-            Requirement(text)
-        except InvalidRequirement as exc:
-            fail("base_packages", f"Item {index + 1} ({text!r}) is not a valid pip requirement: {exc}.")
-            continue
-        clean.append(text)
-    return clean

@@ -172,7 +172,7 @@ def job_stop_on_executor(*, job_id: int) -> None:
         if job.preempt_requested_at and not job.cancel_requested_at:
             _requeue(job)  # nothing runs yet: give the GPUs back at once
         return
-    _call(lambda: executor_for(job.cluster).cancel(job.run_id, _grace_seconds(job)))
+    executor_call(lambda: executor_for(job.cluster).cancel(job.run_id, _grace_seconds(job)))
 
 
 def _grace_seconds(job: Job) -> int:
@@ -262,7 +262,7 @@ def jobs_reconcile() -> int:
                 celery_app.send_task("jobs.tasks.cancel_job", args=[job.pk])
         if not launched:
             continue
-        states = _call(lambda: executor.poll([job.run_id for job in launched]))
+        states = executor_call(lambda: executor.poll([job.run_id for job in launched]))
         for job in launched:
             state = states.get(job.run_id)
             if state is None and (job.cancel_requested_at or job.preempt_requested_at):
@@ -283,7 +283,7 @@ def jobs_collect_garbage() -> dict[str, list[str]]:
     for cluster in Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES):
         executor = executor_for(cluster)
         keep = set(Job.objects.filter(cluster=cluster).exclude(run_id="").values_list("run_id", flat=True))
-        deleted[cluster.name] = _call(lambda: executor.collect_garbage(keep))
+        deleted[cluster.name] = executor_call(lambda: executor.collect_garbage(keep))
         if deleted[cluster.name]:
             log.info("cluster %s: removed the objects of %d unknown jobs", cluster.name, len(deleted[cluster.name]))
     return deleted
@@ -313,7 +313,8 @@ def _end(job: Job, status: str, *, reason: str, message: str, **fields) -> None:
     scheduling_cycle()
 
 
-def _call(operation):
+def executor_call(operation):
+    """Run a cluster operation: a transient ExecutorError becomes TransientError (Celery retries the task)."""
     try:
         return operation()
     except ExecutorError as exc:

@@ -123,7 +123,7 @@ def check_submission(*, user, data: dict, type_errors: dict | None = None) -> Cl
             fail("priority", f"No priority class {data['priority']!r}; choose one of: "
                  + ", ".join(PriorityClass.objects.values_list("name", flat=True)) + ".")
 
-    requirements = _requirements(data.get("requirements") or [], fail)
+    requirements = pip_requirements(data.get("requirements") or [], fail)
     mounts = _mounts(data.get("mounts") or [], department, fail) if department else []
     env = _env(data.get("env") or {}, fail)
 
@@ -229,9 +229,11 @@ def _gpus(gpus, workers, pool, fail):
                  f"{pool.total} that {pool} has.")
 
 
-def _requirements(items, fail):
-    if len(items) > MAX_REQUIREMENTS:
-        fail("requirements", f"List at most {MAX_REQUIREMENTS} requirements; put more in the repository's requirements.txt.")
+def pip_requirements(items, fail, *, field: str = "requirements", limit: int = MAX_REQUIREMENTS,
+                     too_many: str = "; put more in the repository's requirements.txt") -> list[str]:
+    """Each item a valid PEP 508 requirement, at most ``limit`` of them; problems reported with ``fail``."""
+    if len(items) > limit:
+        fail(field, f"List at most {limit} {field.replace('_', ' ')}{too_many}.")
         return []
     clean = []
     for index, item in enumerate(items):
@@ -239,7 +241,7 @@ def _requirements(items, fail):
         try:
             Requirement(text)
         except InvalidRequirement as exc:
-            fail("requirements", f"Item {index + 1} ({text!r}) is not a valid pip requirement: {exc}.")
+            fail(field, f"Item {index + 1} ({text!r}) is not a valid pip requirement: {exc}.")
             continue
         clean.append(text)
     return clean

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
-from django.utils import timezone
 from tensorboardX import SummaryWriter
 
 from jobs import boards, proxy

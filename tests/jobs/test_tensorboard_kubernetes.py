@@ -16,7 +16,6 @@ from jobs.executors.tensorboard import BoardError
 from jobs.executors.tensorboard_k8s import KubeBoardSpec, KubernetesBoardBackend, board_manifests
 from jobs.models import Job, TensorBoard
 from quotas.models import Cluster, Department, FrameworkImage, GpuPool, PriorityClass, Quota
-from tests.k8s.fixtures import kube, kube_api  # noqa: F401  (fixtures)
 
 NAMESPACE = "portal-vision"
 CLUSTER = ClusterSettings(cluster="gpu1", job_volume_pvc="portal-jobs")

@@ -592,7 +592,7 @@ class _Handler(kmock.RawHandler):
                     if selector_matches(selector, meta.get("labels") or {}):
                         fake._delete((resource, meta.get("namespace"), meta["name"]), propagation)
                 return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
-        raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource")
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
     def _get(self, key) -> dict:
         obj = self.fake.store.objects.get(key)

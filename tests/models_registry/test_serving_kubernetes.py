@@ -22,7 +22,6 @@ from models_registry.serving.manifests import (
     API_VERSION, KIND, InferenceTarget, ServingSettings, inference_service, is_ready, service_name,
 )
 from quotas.models import Cluster, Department, GpuPool, Quota
-from tests.k8s.fixtures import kube, kube_api  # noqa: F401  (fixtures)
 
 NAMESPACE = "portal-vision"
 SETTINGS = ServingSettings(artifact_uri_prefix="pvc://portal-models/")
