@@ -21,9 +21,14 @@ $(VENV)/.installed-dev: requirements.txt requirements-dev.txt | $(VENV)/bin/pyth
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@ $(VENV)/.installed
 
-install: $(VENV)/.installed
+# portalctl, the command-line client: a launcher that runs `python -m portalctl` from this checkout.
+$(VENV)/bin/portalctl: | $(VENV)/bin/python
+	printf '#!/bin/sh\nPYTHONPATH="%s$${PYTHONPATH:+:$$PYTHONPATH}" exec "%s" -m portalctl "$$@"\n' "$(CURDIR)" "$(abspath $(PY))" > $@
+	chmod +x $@
 
-install-dev: $(VENV)/.installed-dev
+install: $(VENV)/.installed $(VENV)/bin/portalctl
+
+install-dev: $(VENV)/.installed-dev $(VENV)/bin/portalctl
 
 migrate: install
 	$(PY) manage.py migrate --noinput -v0

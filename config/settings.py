@@ -5,6 +5,7 @@ PORTAL_DATA_ROOT, a filesystem Celery broker and a SQLite channel layer.
 Setting REDIS_URL switches the broker, cache and channel layer to Redis.
 """
 
+import ipaddress
 import secrets
 from pathlib import Path
 
@@ -47,7 +48,21 @@ def _settings_from_env():
         "tensorboard_idle_seconds": env.int("PORTAL_TENSORBOARD_IDLE_SECONDS", 1800, minimum=60, maximum=7 * 86400),
         "artifact_root": _absolute(Path(env.str("PORTAL_ARTIFACT_ROOT", str(data_root / "artifacts")))),
         "artifact_import_dirs": [_absolute(Path(p)) for p in env.list("PORTAL_ARTIFACT_IMPORT_DIRS", [])],
+        "webhook_allow_private": env.bool("PORTAL_WEBHOOK_ALLOW_PRIVATE", False),
+        "metrics_token": env.str("PORTAL_METRICS_TOKEN"),
+        "metrics_allow": _networks("PORTAL_METRICS_ALLOW", env.list("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])),
+        "bench": env.bool("PORTAL_BENCH", False),
     }
+
+
+def _networks(name: str, values: list[str]) -> list:
+    """CIDRs such as ``10.0.0.0/8``; ``none`` alone allows no network (the metrics token only)."""
+    if values == ["none"]:
+        return []
+    try:
+        return [ipaddress.ip_network(value) for value in values]
+    except ValueError as exc:
+        raise EnvError(f"{name}: {exc} (give comma-separated networks such as 10.0.0.0/8,::1/128, or none)") from None
 
 
 def _absolute(path: Path) -> Path:
@@ -75,6 +90,13 @@ PORTAL_TENSORBOARD_IDLE_SECONDS = _s["tensorboard_idle_seconds"]
 PORTAL_ARTIFACT_ROOT = _s["artifact_root"]
 # Folders from which a version may be registered by a file:// URI (copied into the store); none by default.
 PORTAL_ARTIFACT_IMPORT_DIRS = _s["artifact_import_dirs"]
+# Webhooks may call loopback, private and link-local addresses (SSRF guard off): for receivers inside the network.
+PORTAL_WEBHOOK_ALLOW_PRIVATE = _s["webhook_allow_private"]
+# /metrics (config/metrics/): a Bearer token, and networks that may scrape without one.
+PORTAL_METRICS_TOKEN = _s["metrics_token"]
+PORTAL_METRICS_ALLOW = _s["metrics_allow"]
+# Mounts /bench/bare, bench/api.py's ceiling: never set in production.
+PORTAL_BENCH = _s["bench"]
 REDIS_URL = _s["redis_url"]
 SECRET_KEY = _s["secret_key"]
 DEBUG = _s["debug"]
@@ -98,6 +120,7 @@ INSTALLED_APPS = [
     "jobs",
     "models_registry",
     "builds",
+    "webhooks",
     "frontend",
 ]
 
@@ -208,6 +231,8 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-model-servers": {"task": "models_registry.tasks.reconcile_servers", "schedule": 3.0},
     # Image builds: launch queued Kaniko Jobs, follow running ones, add finished images to the catalogue.
     "reconcile-image-builds": {"task": "builds.tasks.reconcile_builds", "schedule": 10.0},
+    # Webhook deliveries whose retry task was lost are sent again; old delivery log entries are dropped.
+    "reconcile-webhook-deliveries": {"task": "webhooks.tasks.reconcile_deliveries", "schedule": 60.0},
 }
 
 # --- Auth, i18n, static ------------------------------------------------------

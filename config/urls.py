@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from django.views.i18n import JavaScriptCatalog
@@ -11,12 +12,14 @@ api_v1 = [
     path("", include("models_registry.urls")),
     path("", include("models_registry.deployments_urls")),
     path("", include("builds.urls")),
+    path("", include("webhooks.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("metrics", include("config.metrics.urls")),
     path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),
     path("i18n/", include("django.conf.urls.i18n")),
@@ -28,3 +31,6 @@ urlpatterns = [
     path("images/", include("builds.urls_ui")),
     path("", include("frontend.urls")),
 ]
+
+if settings.PORTAL_BENCH:  # bench/api.py's bare view; never mounted in production
+    urlpatterns.append(path("bench/", include("config.bench_urls")))

@@ -1,6 +1,6 @@
 """Routes of the department admin console, mounted at /console/ by frontend.urls."""
 
-from django.urls import path
+from django.urls import include, path
 
 from frontend import console
 
@@ -20,4 +20,5 @@ urlpatterns = [
     path("departments/<slug:slug>/storage/", console.storage, name="storage"),
     path("departments/<slug:slug>/storage/<int:storage_id>/", console.storage_edit, name="storage-edit"),
     path("departments/<slug:slug>/storage/<int:storage_id>/delete/", console.storage_delete, name="storage-delete"),
+    path("departments/<slug:slug>/webhooks/", include("webhooks.urls_console")),
 ]

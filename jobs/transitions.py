@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from jobs import lifecycle, live
 from jobs.models import Job, JobEvent
+from webhooks import events as webhook_events
 
 
 class StaleJob(Exception):
@@ -45,6 +46,7 @@ def job_transition(*, job: Job, to: str, reason: str = "", message: str = "", no
     for name, value in fields.items():
         setattr(job, name, value)
     live.job_changed(job=job, events=events)
+    webhook_events.job_changed(job=job, reason=reason, message=message)
     return job
 
 

@@ -28,6 +28,7 @@ from models_registry.servers import READY, server_model_name, server_view
 from quotas import permissions
 from quotas.models import Cluster, Department, Quota
 from quotas.services import audit_record
+from webhooks import events as webhook_events
 
 HISTORY_KEPT = 20  # previous variant sets a deployment remembers for rollbacks
 
@@ -422,6 +423,7 @@ def _apply(deployment: Deployment, resolved: list[dict], *, actor, reason: str, 
                      target=f"deployment {locked.name}", department=locked.department,
                      data={"reason": reason, "from_revision": locked.revision, "before": before,
                            "after": [_public(s) for s in resolved]})
+        webhook_events.deployment_changed(deployment=locked, status=status, reason=reason, revision=locked.revision + 1)
     _reconcile_soon()
     deployment.refresh_from_db()
     return deployment

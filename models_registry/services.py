@@ -34,6 +34,7 @@ from models_registry import artifacts, selectors
 from models_registry.models import ModelAlias, ModelVersion, RegisteredModel
 from quotas import permissions
 from quotas.services import audit_record
+from webhooks import events as webhook_events
 
 NAME = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?")
 ALIAS = re.compile(r"[a-z](?:[a-z0-9_-]{0,38}[a-z0-9])?")
@@ -117,6 +118,7 @@ def _create_numbered(*, user, model: RegisteredModel, staged: artifacts.Staged, 
                 artifacts.place(staged, model_name=model.name, version=number)
                 audit_record(actor=user, action="model.version.register", target=str(version),
                              department=model.department, data={"artifact_uri": version.artifact_uri})
+                webhook_events.version_registered(version=version)
             return version
         except IntegrityError:
             continue
@@ -315,6 +317,7 @@ def alias_set(*, user, version: ModelVersion, name: str) -> ModelAlias:
             alias.save(update_fields=["version"])
         audit_record(actor=user, action="model.alias.set", target=f"{model.name}@{name}", department=model.department,
                      data={"from_version": before, "to_version": version.version})
+        webhook_events.alias_moved(model=model, alias=name, from_version=before, to_version=version.version)
     return alias
 
 
@@ -328,3 +331,4 @@ def alias_remove(*, user, model: RegisteredModel, name: str) -> None:
         alias.delete()
         audit_record(actor=user, action="model.alias.remove", target=f"{model.name}@{name}", department=model.department,
                      data={"from_version": before, "to_version": None})
+        webhook_events.alias_moved(model=model, alias=name, from_version=before, to_version=None)

@@ -27,7 +27,7 @@ from jobs.api import parse_job_input
 
 ROOT = Path(settings.BASE_DIR)
 CATALOGUES = ROOT / "locale" / "zh_Hans" / "LC_MESSAGES"
-PYTHON_SOURCES = ["frontend", "quotas", "jobs", "models_registry", "builds", "config"]
+PYTHON_SOURCES = ["frontend", "quotas", "jobs", "models_registry", "builds", "webhooks", "config"]
 TEMPLATES = [ROOT / app / "templates" for app in PYTHON_SOURCES if (ROOT / app / "templates").is_dir()]
 SCRIPT = ROOT / "frontend" / "static" / "frontend" / "portal.js"
 HAN = re.compile(r"[\u4e00-\u9fff]")

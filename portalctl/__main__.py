@@ -1,0 +1,5 @@
+"""`python -m portalctl ...`"""
+
+from portalctl.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,285 @@
+"""Webhooks: registering them, emitting events to them, and delivering each event.
+
+- A department's webhooks are changed by its dept_admins and platform admins (audited); its members may
+  read them and their delivery log, never the secret, which is shown once on creation and on rotation.
+- URLs are http(s), without credentials, and (unless settings.PORTAL_WEBHOOK_ALLOW_PRIVATE) never to a
+  loopback, private or link-local address: checked on saving and again at each delivery (outbound.py).
+- ``event_emit`` writes one Delivery per matching active webhook inside the caller's transaction and sends
+  the delivery task once it commits, so a change that is rolled back emits nothing.
+- ``delivery_attempt`` claims an attempt with a conditional update on the attempt counter (two tasks for
+  one attempt, e.g. a retry and the reconcile's resend, cannot both send; no lock is held across the
+  POST), signs and posts, and tells the task when to retry: BACKOFF_SECONDS, failed after MAX_ATTEMPTS.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import uuid
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from config.celery import app as celery_app
+from config.errors import Conflict, InvalidInput
+from quotas import permissions
+from quotas.models import Department
+from webhooks import outbound, signing
+from webhooks.models import Delivery, Webhook
+
+PING = "ping"
+EVENTS = ("job.succeeded", "job.failed", "job.cancelled", "model.version_registered", "model.alias_moved",
+          "deployment.rolled_back")
+MAX_ATTEMPTS = 8
+BACKOFF_SECONDS = (10, 30, 120, 600, 3600, 3 * 3600, 6 * 3600)  # wait after failed attempt 1, 2, ... 7
+TIMEOUT_SECONDS = 10
+# An attempt takes at most TIMEOUT_SECONDS; one still claimed after this lost its worker and is resent.
+ATTEMPT_LEASE = timedelta(seconds=60)
+# A retry whose task is this late is taken for lost (deliveries_reconcile).
+RECONCILE_GRACE = timedelta(seconds=60)
+DELIVERY_LOG_DAYS = 30
+MAX_WEBHOOKS_PER_DEPARTMENT = 50
+
+
+def _audit(**fields) -> None:
+    # Imported here: quotas.services imports jobs.transitions, which emits events through this module.
+    from quotas.services import audit_record
+
+    audit_record(**fields)
+
+
+def _require_manager(actor, department: Department) -> None:
+    if not permissions.can_manage(actor, department):
+        raise PermissionDenied(_("Only admins of %(department)s can change its webhooks.") % {"department": department.slug})
+
+
+def _secret() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+# --- Registering ----------------------------------------------------------------------------
+
+def _check(*, department: Department, values: dict, errors: dict, webhook: Webhook | None = None) -> dict:
+    """Each given field checked on its own, so that one bad field does not hide the others' problems."""
+    clean = {}
+    if "name" in values and "name" not in errors:
+        name = (values["name"] or "").strip()
+        taken = Webhook.objects.filter(department=department, name=name).exclude(pk=getattr(webhook, "pk", None))
+        if not name:
+            errors["name"] = [_("Give the webhook a name, e.g. the system it notifies.")]
+        elif taken.exists():
+            errors["name"] = [_("%(department)s already has a webhook called %(name)s; choose another name.")
+                              % {"department": department.slug, "name": name}]
+        clean["name"] = name
+    if "url" in values and "url" not in errors:
+        url = (values["url"] or "").strip()
+        problems = outbound.destination_problems(url, allow_private=settings.PORTAL_WEBHOOK_ALLOW_PRIVATE)
+        if problems:
+            errors["url"] = problems
+        clean["url"] = url
+    if "events" in values and "events" not in errors:
+        events = values["events"]
+        unknown = [event for event in events if event not in EVENTS]
+        if unknown:
+            errors["events"] = [_("Unknown event %(event)s; choose from: %(events)s.")
+                                % {"event": repr(event), "events": ", ".join(EVENTS)} for event in unknown]
+        elif not events:
+            errors["events"] = [_("Choose at least one event to send.")]
+        clean["events"] = [event for event in EVENTS if event in events]
+    if "active" in values and "active" not in errors:
+        clean["active"] = bool(values["active"])
+    return clean
+
+
+def webhook_create(*, actor, department: Department, name: str, url: str, events: list[str], active: bool = True,
+                   type_errors: dict | None = None) -> Webhook:
+    """A new webhook with a new secret (on ``webhook.secret``: show it to the caller, once)."""
+    _require_manager(actor, department)
+    errors = dict(type_errors or {})
+    clean = _check(department=department, values={"name": name, "url": url, "events": events, "active": active},
+                   errors=errors)
+    if not errors and Webhook.objects.filter(department=department).count() >= MAX_WEBHOOKS_PER_DEPARTMENT:
+        errors["non_field_errors"] = [_("A department can have at most %(count)s webhooks; delete one first.")
+                                      % {"count": MAX_WEBHOOKS_PER_DEPARTMENT}]
+    if errors:
+        raise InvalidInput(errors)
+    try:
+        with transaction.atomic():
+            webhook = Webhook.objects.create(department=department, secret=_secret(), created_by=actor, **clean)
+            _audit(actor=actor, action="webhook.create", target=f"webhook {webhook.name}", department=department,
+                   data=_audited(webhook))
+    except IntegrityError:  # a concurrent request took the name
+        raise InvalidInput({"name": [_("%(department)s already has a webhook called %(name)s; choose another name.")
+                                     % {"department": department.slug, "name": clean["name"]}]}) from None
+    return webhook
+
+
+def webhook_update(*, actor, webhook: Webhook, values: dict, type_errors: dict | None = None) -> Webhook:
+    """Change any of name, url, events, active (the keys present in ``values``)."""
+    _require_manager(actor, webhook.department)
+    errors = dict(type_errors or {})
+    clean = _check(department=webhook.department, values=values, errors=errors, webhook=webhook)
+    if errors:
+        raise InvalidInput(errors)
+    before = _audited(webhook)
+    for field, value in clean.items():
+        setattr(webhook, field, value)
+    try:
+        with transaction.atomic():
+            webhook.save(update_fields=list(clean) or None)
+            _audit(actor=actor, action="webhook.update", target=f"webhook {webhook.name}",
+                   department=webhook.department, data={"before": before, "after": _audited(webhook)})
+    except IntegrityError:
+        raise InvalidInput({"name": [_("%(department)s already has a webhook called %(name)s; choose another name.")
+                                     % {"department": webhook.department.slug, "name": webhook.name}]}) from None
+    return webhook
+
+
+def webhook_delete(*, actor, webhook: Webhook) -> None:
+    """Delete the webhook and its delivery log; deliveries not yet sent are dropped."""
+    _require_manager(actor, webhook.department)
+    with transaction.atomic():
+        _audit(actor=actor, action="webhook.delete", target=f"webhook {webhook.name}", department=webhook.department,
+               data=_audited(webhook))
+        webhook.delete()
+
+
+def webhook_rotate_secret(*, actor, webhook: Webhook) -> Webhook:
+    """A new secret, used from the next attempt on (retries of older events are signed with it too)."""
+    _require_manager(actor, webhook.department)
+    with transaction.atomic():
+        webhook.secret = _secret()
+        webhook.save(update_fields=["secret"])
+        _audit(actor=actor, action="webhook.rotate_secret", target=f"webhook {webhook.name}",
+               department=webhook.department)
+    return webhook
+
+
+def webhook_ping(*, actor, webhook: Webhook) -> Delivery:
+    """Send a ``ping`` event to this webhook alone (also when inactive), to test the receiver."""
+    _require_manager(actor, webhook.department)
+    data = {"webhook": {"id": webhook.pk, "name": webhook.name, "events": webhook.events},
+            "message": f"Ping from GPU Portal, sent by {actor.username}."}
+    with transaction.atomic():
+        return _deliveries_create(webhooks=[webhook], event=PING, payload=_payload(webhook.department, PING, data))[0]
+
+
+def _audited(webhook: Webhook) -> dict:
+    return {"name": webhook.name, "url": webhook.url, "events": list(webhook.events), "active": webhook.active}
+
+
+# --- Emitting -------------------------------------------------------------------------------
+
+def event_emit(*, department: Department, event: str, data: dict, now: datetime | None = None) -> list[Delivery]:
+    """One Delivery per active webhook of the department that asked for ``event``, in the caller's
+    transaction; each is sent after that commits."""
+    if event not in EVENTS:
+        raise ValueError(f"unknown webhook event {event!r}")
+    webhooks = [webhook for webhook in Webhook.objects.filter(department=department, active=True)
+                if event in webhook.events]
+    if not webhooks:
+        return []
+    with transaction.atomic():
+        return _deliveries_create(webhooks=webhooks, event=event, payload=_payload(department, event, data, now=now))
+
+
+def _payload(department: Department, event: str, data: dict, *, now: datetime | None = None) -> dict:
+    created = (now or timezone.now()).isoformat()
+    return {"id": str(uuid.uuid4()), "event": event, "created_at": created, "department": department.slug, "data": data}
+
+
+def _deliveries_create(*, webhooks: list[Webhook], event: str, payload: dict) -> list[Delivery]:
+    now = timezone.now()
+    deliveries = [Delivery.objects.create(webhook=webhook, event=event, event_id=payload["id"], payload=payload,
+                                          next_attempt_at=now) for webhook in webhooks]
+    for delivery in deliveries:
+        _send_after_commit(delivery.pk, attempt=1)
+    return deliveries
+
+
+def _send_after_commit(delivery_id: int, *, attempt: int) -> None:
+    transaction.on_commit(lambda: celery_app.send_task("webhooks.tasks.deliver", args=[delivery_id, attempt]))
+
+
+# --- Delivering -----------------------------------------------------------------------------
+
+def delivery_body(delivery: Delivery) -> bytes:
+    """The exact bytes sent (and signed): compact JSON with sorted keys, the same on every attempt."""
+    return json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+
+
+def delivery_attempt(*, delivery_id: int, attempt: int = 1) -> int | None:
+    """Make attempt number ``attempt`` of the delivery, unless it was made already or the delivery is over.
+
+    Returns the seconds to wait before attempt ``attempt + 1`` when one is due, else None.
+    """
+    started = timezone.now()
+    claimed = Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.PENDING, attempts=attempt - 1).update(
+        attempts=attempt, next_attempt_at=started + ATTEMPT_LEASE)
+    if not claimed:
+        return None
+    delivery = Delivery.objects.select_related("webhook").get(pk=delivery_id)
+    webhook = delivery.webhook
+    code, excerpt, error, give_up = None, "", "", False
+    if not webhook.active and delivery.event != PING:
+        error, give_up = "The webhook is deactivated; nothing was sent.", True
+    else:
+        body = delivery_body(delivery)
+        timestamp = int(started.timestamp())
+        headers = {
+            "Content-Type": "application/json", "User-Agent": "GPU-Portal-Webhooks/1",
+            "X-Portal-Event": delivery.event, "X-Portal-Delivery": str(delivery.event_id),
+            "X-Portal-Timestamp": str(timestamp),
+            "X-Portal-Signature": signing.signature(secret=webhook.secret, timestamp=timestamp, body=body),
+        }
+        try:
+            answer = outbound.post(webhook.url, body=body, headers=headers, timeout=TIMEOUT_SECONDS,
+                                   allow_private=settings.PORTAL_WEBHOOK_ALLOW_PRIVATE)
+        except outbound.OutboundError as exc:
+            error = str(exc)
+        else:
+            code, excerpt = answer.status, answer.excerpt
+            if not 200 <= code < 300:
+                error = f"The receiver answered HTTP {code}; any 2xx status counts as delivered."
+    finished = timezone.now()
+    fields = {"response_code": code, "response_excerpt": excerpt, "error": error, "next_attempt_at": None}
+    retry_in = None
+    if not error:
+        fields.update(status=Delivery.Status.DELIVERED, delivered_at=finished)
+    elif give_up or attempt >= MAX_ATTEMPTS:
+        fields.update(status=Delivery.Status.FAILED)
+    else:
+        retry_in = BACKOFF_SECONDS[attempt - 1]
+        fields.update(next_attempt_at=finished + timedelta(seconds=retry_in))
+    Delivery.objects.filter(pk=delivery_id).update(**fields)
+    return retry_in
+
+
+def delivery_redeliver(*, actor, delivery: Delivery) -> Delivery:
+    """Send a finished delivery's event again as a new delivery (same event id, so receivers can dedupe)."""
+    webhook = delivery.webhook
+    _require_manager(actor, webhook.department)
+    if delivery.status == Delivery.Status.PENDING:
+        raise Conflict(_("Delivery %(id)s is still being attempted; wait for it to succeed or fail.") % {"id": delivery.pk})
+    with transaction.atomic():
+        again = _deliveries_create(webhooks=[webhook], event=delivery.event, payload=delivery.payload)[0]
+        _audit(actor=actor, action="webhook.redeliver", target=f"webhook {webhook.name}",
+               department=webhook.department, data={"delivery": delivery.pk, "event_id": str(delivery.event_id)})
+    return again
+
+
+def deliveries_reconcile(*, now: datetime | None = None) -> int:
+    """Resend deliveries whose next attempt is overdue (their task was lost); drop log entries older than
+    DELIVERY_LOG_DAYS that are over. Returns how many were resent."""
+    now = now or timezone.now()
+    overdue = list(Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now - RECONCILE_GRACE)
+                   .order_by("next_attempt_at").values_list("pk", "attempts")[:500])
+    for delivery_id, attempts in overdue:
+        celery_app.send_task("webhooks.tasks.deliver", args=[delivery_id, attempts + 1])
+    Delivery.objects.exclude(status=Delivery.Status.PENDING).filter(
+        created_at__lt=now - timedelta(days=DELIVERY_LOG_DAYS)).delete()
+    return len(overdue)
