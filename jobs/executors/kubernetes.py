@@ -28,7 +28,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from jobs.executors.base import (
-    FAILED, LOST, RUNNING, STARTING, SUCCEEDED, ExecutorError, JobSpec, ObservedState, Placement,
+    FAILED, FINAL_PHASES, LOST, RUNNING, STARTING, SUCCEEDED, ExecutorError, JobSpec, ObservedState, Placement,
 )
 from jobs.executors.manifest_validation import ManifestInvalid, check_manifests
 from jobs.executors.manifests import (
@@ -373,7 +373,11 @@ class KubernetesExecutor:
 
     def poll(self, job_ids: list[str]) -> dict[str, ObservedState]:
         jobs, pods = self._objects(job_ids)
-        return {job_id: self._state(job_id, obj, pods.get(job_id, [])) for job_id, obj in jobs.items()}
+        states = {job_id: self._state(job_id, obj, pods.get(job_id, [])) for job_id, obj in jobs.items()}
+        for job_id, state in states.items():
+            if state.phase in FINAL_PHASES:  # reported with its ending: no need to remember it (bounded cache)
+                self._commits.pop(job_id, None)
+        return states
 
     def _state(self, job_id: str, obj: dict, pods: list[dict]) -> ObservedState:
         status = obj.get("status") or {}

@@ -88,6 +88,7 @@ def test_status_follows_the_operator_from_starting_to_succeeded(executor, kube):
     done = state(executor, job)
     assert (done.phase, done.exit_code, done.commit) == ("succeeded", 0, SHA)
     assert done.finished_at >= done.started_at
+    assert job.job_id not in executor._commits  # the commit cache forgets jobs once they have ended
 
 
 def test_a_batch_job_completes(executor, kube):
