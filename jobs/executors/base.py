@@ -67,6 +67,9 @@ class JobSpec:
     priority: str = ""  # portal priority class name (kubernetes: the PriorityClass); "" for the cluster default
     tensorboard: bool = True  # whether a board will read TENSORBOARD_LOG_DIR (kubernetes: on the job volume)
     commit: str | None = None  # the commit an earlier run resolved (after a preemption): wins over code_ref
+    job_key: str = ""  # the portal job this run belongs to (its id): names the checkpoint folder kept across runs
+    run_index: int = 0  # 0 for the first run, 1 after the first preemption ... (PORTAL_RUN_INDEX)
+    setup_timeout_seconds: int = 1800  # clone + environment build; past it the job fails as setup_timeout
 
 
 # Phases an executor reports. "starting" covers fetching code and installing
@@ -84,6 +87,7 @@ class ObservedState:
     commit: str | None = None  # resolved commit SHA of the code, once fetched
     started_at: float | None = None  # epoch seconds when the user command started
     finished_at: float | None = None
+    checkpoint_at: float | None = None  # epoch seconds of PORTAL_CHECKPOINT_DIR/.portal-checkpoint, if the job wrote it
 
 
 class Executor(Protocol):
