@@ -8,6 +8,7 @@ import difflib
 from asgiref.sync import sync_to_async
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, serializers, status
@@ -74,7 +75,15 @@ class PlacementSerializer(serializers.Serializer):
     gpu_fraction = serializers.FloatField(allow_null=True, required=False)
 
 
+class EstimatedStartField(serializers.DateTimeField):
+    """A stored estimate is never shown earlier than the response: one the queue expected by now reads as now."""
+
+    def to_representation(self, value):
+        return super().to_representation(max(value, timezone.now()))
+
+
 class JobOutputSerializer(serializers.ModelSerializer):
+    estimated_start = EstimatedStartField(read_only=True, allow_null=True)
     department = serializers.CharField(source="department.slug")
     cluster = serializers.CharField(source="cluster.name")
     image = serializers.CharField(source="image.name")

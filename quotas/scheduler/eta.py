@@ -1,8 +1,9 @@
 """Roughly when a waiting job will start: the queue simulated forward on GPU counts.
 
 Running jobs are assumed to run until their runtime limit (the only duration
-the portal knows); a job without a limit never frees its GPUs in this
-estimate. Waiting jobs start in admission order, so every booked interval has
+the portal knows; jobs still setting up may also take their setup time); a job
+without a limit never frees its GPUs in this estimate, and one past its limit
+frees them "now", never in the past. Waiting jobs start in admission order, so every booked interval has
 started by the time the next job is considered: from then on GPUs are only
 released, and the first moment enough are free is the start. Quotas and node
 shapes are ignored, so this is an estimate, not a promise. It also gives the
@@ -29,10 +30,14 @@ class Releases:
         self.cursor = 0  # ends[:cursor] are released by self.time
 
     def book(self, end: float | None, gpus: float) -> None:
-        """Take ``gpus`` from ``self.time`` until ``end`` (None: for good)."""
+        """Take ``gpus`` from ``self.time`` until ``end`` (None: for good).
+
+        An end already past (a job over its limit, still stopping) counts as "any moment now": it must
+        not make a waiting job's estimate, or a blocked head's shadow time, earlier than now.
+        """
         self.in_use += gpus
         if end is not None and end < math.inf:
-            bisect.insort(self.ends, (end, gpus), lo=self.cursor)
+            bisect.insort(self.ends, (max(end, self.time), gpus), lo=self.cursor)
 
     def first_free(self, need: float) -> float | None:
         """The first moment from ``self.time`` at which ``need`` GPUs are free, if nothing else starts meanwhile."""
@@ -65,6 +70,20 @@ class Releases:
         clone = Releases(self.capacity, self.time)
         clone.in_use, clone.ends, clone.cursor = self.in_use, list(self.ends), self.cursor
         return clone
+
+
+def expected_end(*, admitted_at: float, running_since: float | None, max_runtime: float | None,
+                 setup_seconds: float) -> float | None:
+    """When a job holding GPUs gives them back at the latest, by its limits (None: it has no runtime limit).
+
+    ``max_runtime`` counts from when it runs; before that (admitted, starting) its clone and environment
+    build may take up to ``setup_seconds`` from admission, and the GPUs are held meanwhile.
+    """
+    if not max_runtime:
+        return None
+    if running_since is not None:
+        return running_since + max_runtime
+    return admitted_at + setup_seconds + max_runtime
 
 
 def estimate_starts(releases: Releases, queue: list) -> dict[int, float | None]:
