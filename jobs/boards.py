@@ -296,17 +296,23 @@ def _spec(board: TensorBoard) -> BoardSpec:
 
 
 def _runs_of(job: Job) -> list[tuple[str, str]]:
-    """(run name, event folder) of each run of the job: a re-queued job has one run per admission."""
+    """(run name, event folder) of the job's runs on the local executor, every run of a re-queued job included.
+
+    Today's layout keeps one folder per job, <root>/tensorboard/<job id>/run-<PORTAL_RUN_INDEX>/ (local_jobdir.py):
+    it is shown as one entry, so TensorBoard lists its runs as "<name>-<id>/run-0", "<name>-<id>/run-1" ... and a
+    new run appears without touching the board. Jobs that ran before it have one folder per admission,
+    <root>/jobs/<run id>/tensorboard/, each shown as "<name>-<run id>".
+    """
     try:
         executor = executor_for(job.cluster)
     except ExecutorError as exc:
         raise Conflict(f"TensorBoard is not available for job {job.pk}: {exc.message}") from exc
-    # The run folders of the local executor (jobs/executors/local_jobdir.py): <root>/jobs/<run_id>/.
-    jobs_root = Path(executor.root) / "jobs"
-    run_ids = {path.name for path in jobs_root.glob(f"{job.pk}-*") if re.fullmatch(rf"{job.pk}-[0-9a-f]+", path.name)}
-    if job.run_id:
-        run_ids.add(job.run_id)
-    return [(f"{_run_name(job)}-{run_id}", str(JobDir(jobs_root / run_id).tensorboard)) for run_id in sorted(run_ids)]
+    root = Path(executor.root)
+    jobs_root = root / "jobs"
+    run_ids = {path.name for path in jobs_root.glob(f"{job.pk}-*")
+               if re.fullmatch(rf"{job.pk}-[0-9a-f]+", path.name) and JobDir(path).tensorboard.is_dir()}
+    runs = [(f"{_run_name(job)}-{run_id}", str(JobDir(jobs_root / run_id).tensorboard)) for run_id in sorted(run_ids)]
+    return [*runs, (f"{_run_name(job)}-{job.pk}", str(root / "tensorboard" / str(job.pk)))]
 
 
 def _run_name(job: Job) -> str:

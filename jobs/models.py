@@ -51,9 +51,12 @@ class Job(models.Model):
     preempt_requested_at = models.DateTimeField(null=True, blank=True)
     preempt_reason = models.CharField(max_length=20, blank=True)  # reclaim | priority | service | move
     preemptions = models.PositiveIntegerField(default=0)
-    # GPU-seconds of runs that were preempted: an upper bound of the work lost
-    # (the part since the job's last checkpoint is lost; the portal cannot see checkpoints).
+    # GPU-seconds of preempted runs since their last checkpoint (jobs.services._requeue): the whole run
+    # when the job wrote no PORTAL_CHECKPOINT_DIR/.portal-checkpoint marker during it.
     lost_gpu_seconds = models.FloatField(default=0)
+    # When the job last wrote its checkpoint marker, as the executor reports it. The marker is per job, so
+    # after a requeue this may be older than the current run's start (it then saves nothing of this run).
+    checkpoint_at = models.DateTimeField(null=True, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
     launched_at = models.DateTimeField(null=True, blank=True)
     # Names this admission's run on the executor. A new one per admission, so a
@@ -83,6 +86,15 @@ class Job(models.Model):
         """GPUs the whole gang holds while admitted."""
         return self.workers * self.gpus_per_worker
 
+    @property
+    def runs(self) -> int:
+        """Admissions so far: each preemption ended one, and the current one counts once it was admitted."""
+        return self.preemptions + (1 if self.launched_at is not None or self.status == lifecycle.ADMITTED else 0)
+
+    @property
+    def lost_gpu_hours(self) -> float:
+        return self.lost_gpu_seconds / 3600
+
 
 class JobEvent(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
@@ -91,6 +103,8 @@ class JobEvent(models.Model):
     to_status = models.CharField(max_length=20)
     reason = models.CharField(max_length=40, blank=True)
     message = models.TextField(blank=True)
+    # On a "preempted" event: the GPU-seconds that preemption lost (the usage report sums them per day).
+    lost_gpu_seconds = models.FloatField(default=0)
 
     class Meta:
         ordering = ["time", "id"]

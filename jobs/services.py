@@ -25,7 +25,7 @@ from jobs.executors.base import (
 )
 from jobs.executors.local import LocalExecutor
 from jobs.executors.manifests import ClusterSettings, ManifestError, department_gpu_limit
-from jobs.models import Job
+from jobs.models import Job, JobEvent
 from jobs.submission import check_submission
 from jobs.transitions import StaleJob, job_created_event, job_transition
 from quotas.models import Cluster, Quota, Storage
@@ -223,6 +223,9 @@ def job_launch(*, job_id: int) -> None:
 def job_observe(*, job: Job, state: ObservedState) -> bool:
     """Apply what the executor reports. True when the job ended (its GPUs were released)."""
     fields = {"commit": state.commit} if state.commit and state.commit != job.commit else {}
+    checkpoint = _from_epoch(state.checkpoint_at) if state.checkpoint_at else None
+    if checkpoint and (job.checkpoint_at is None or checkpoint > job.checkpoint_at):
+        fields["checkpoint_at"] = checkpoint
     try:
         if state.phase == RUNNING and job.status in (lifecycle.ADMITTED, lifecycle.STARTING):
             started = _from_epoch(state.started_at)
@@ -230,7 +233,8 @@ def job_observe(*, job: Job, state: ObservedState) -> bool:
                            message=f"{job.workers} worker{'s' if job.workers > 1 else ''} running.",
                            started_at=started, now=started, **fields)
         elif state.phase == CANCELLED and job.preempt_requested_at and not job.cancel_requested_at:
-            _requeue(job, now=_from_epoch(state.finished_at) if state.finished_at else None)
+            _requeue(job, now=_from_epoch(state.finished_at) if state.finished_at else None,
+                     checkpoint_at=fields.get("checkpoint_at"))
             return True
         elif state.phase in (SUCCEEDED, FAILED, CANCELLED, LOST):
             status = {SUCCEEDED: lifecycle.SUCCEEDED, CANCELLED: lifecycle.CANCELLED}.get(state.phase, lifecycle.FAILED)
@@ -294,23 +298,43 @@ def jobs_collect_garbage() -> dict[str, list[str]]:
     return deleted
 
 
-def _requeue(job: Job, now=None) -> None:
-    """A preempted job goes back to the queue with its original submit time; its run's GPU-seconds count as lost."""
+def _requeue(job: Job, now=None, checkpoint_at: datetime | None = None) -> None:
+    """A preempted job goes back to the queue with its original submit time; the GPU-seconds of its run since
+    its last checkpoint (the whole run when it wrote no checkpoint marker during it) count as lost."""
     now = now or timezone.now()
-    lost = max(0.0, (now - job.admitted_at).total_seconds()) * job.gpus if job.admitted_at else 0.0
+    checkpoint_at = checkpoint_at or job.checkpoint_at
+    lost, saved_at = _lost_gpu_seconds(gpus=job.gpus, run_start=job.admitted_at, checkpoint_at=checkpoint_at, now=now)
     why = {"reclaim": "its department's borrowed GPUs were reclaimed", "priority": "a higher-priority job needed its GPUs"}
+    if saved_at is not None:
+        since = f"since its last checkpoint at {timezone.localtime(saved_at):%H:%M:%S}"
+    else:
+        since = "since the run started; it wrote no checkpoint marker during the run"
+    changes = {"checkpoint_at": checkpoint_at} if checkpoint_at != job.checkpoint_at else {}
     job_transition(
         job=job, to=lifecycle.PREEMPTED, reason=job.preempt_reason or "preempted", now=now,
-        message=f"Stopped because {why.get(job.preempt_reason, 'it was preempted')}; {lost:g} GPU-seconds of this run "
-                "are lost unless it checkpointed.",
-        lost_gpu_seconds=job.lost_gpu_seconds + lost, preemptions=job.preemptions + 1,
+        message=f"Stopped because {why.get(job.preempt_reason, 'it was preempted')}; {lost:.0f} GPU-seconds lost {since}.",
+        lost_gpu_seconds=job.lost_gpu_seconds + lost, preemptions=job.preemptions + 1, **changes,
     )
+    JobEvent.objects.filter(pk__in=job.events.filter(to_status=lifecycle.PREEMPTED).order_by("-id").values("pk")[:1]
+                            ).update(lost_gpu_seconds=lost)
     job_transition(
         job=job, to=lifecycle.QUEUED, reason="requeued", message="Queued again, keeping its original submit time.",
         now=now, status_message="", preempt_requested_at=None, preempt_reason="", placement=[], admitted_at=None,
         launched_at=None, started_at=None,  # run_id stays: its logs show until the next run starts
     )
     scheduling_cycle()
+
+
+def _lost_gpu_seconds(*, gpus: float, run_start: datetime | None, checkpoint_at: datetime | None,
+                     now: datetime) -> tuple[float, datetime | None]:
+    """GPU-seconds a run stopped at ``now`` loses, and the checkpoint that saved the rest (None: nothing saved).
+
+    The checkpoint marker is the job's, not the run's: one older than this run's start saves nothing of it.
+    """
+    if run_start is None:
+        return 0.0, None
+    saved_at = checkpoint_at if checkpoint_at is not None and run_start < checkpoint_at else None
+    return max(0.0, (now - (saved_at or run_start)).total_seconds()) * gpus, saved_at
 
 
 def _end(job: Job, status: str, *, reason: str, message: str, **fields) -> None:

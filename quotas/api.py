@@ -327,11 +327,16 @@ class UsageApi(APIView):
         class UsageTotalSerializer(serializers.Serializer):
             department = serializers.CharField()
             gpu_hours = serializers.FloatField()
+            lost_gpu_hours = serializers.FloatField(
+                help_text="GPU-hours of preempted runs since their last checkpoint (part of gpu_hours).")
 
         from_ = serializers.DateField(help_text="First day, inclusive (UTC).")
         to = serializers.DateField(help_text="Last day, inclusive (UTC).")
         group_by = serializers.CharField(help_text="day, user or gpu_type")
         gpu_hours = serializers.FloatField(help_text="Total over every row.")
+        lost_gpu_hours = serializers.FloatField(
+            help_text="Of gpu_hours, what preemptions lost: each preempted run since its last checkpoint, on the day "
+                      "it was preempted.")
         totals = UsageTotalSerializer(many=True, help_text="GPU-hours per department, zero included.")
         rows = serializers.ListField(
             child=serializers.DictField(),
@@ -361,7 +366,7 @@ class UsageApi(APIView):
             group_by=request.query_params.get("group_by", "day"), now=timezone.now(),
         )
         body = {"from": usage.start, "to": usage.end, "group_by": usage.group_by, "gpu_hours": usage.gpu_hours,
-                "totals": usage.totals(), "rows": usage.rows()}
+                "lost_gpu_hours": usage.lost_gpu_hours, "totals": usage.totals(), "rows": usage.rows()}
         response = Response(self.UsageOutputSerializer(body).data)
         if request.accepted_renderer.format == "csv":
             name = f"usage-{slug or 'all'}-{usage.group_by}-{usage.start}-{usage.end}.csv"

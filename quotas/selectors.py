@@ -141,7 +141,7 @@ USAGE_MAX_DAYS = 366
 
 @dataclass(frozen=True)
 class UsageSegment:
-    """GPU-seconds one job held on one UTC day."""
+    """GPU-seconds one job held on one UTC day (or lost on it to a preemption)."""
 
     department: str
     day: date
@@ -149,6 +149,7 @@ class UsageSegment:
     cluster: str
     gpu_type: str
     gpu_seconds: float
+    lost_gpu_seconds: float = 0.0  # of a preemption that day: the part of the run since its last checkpoint
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,11 @@ class Usage:
     def gpu_hours(self) -> float:
         return _hours(sum(segment.gpu_seconds for segment in self.segments))
 
+    @property
+    def lost_gpu_hours(self) -> float:
+        """GPU-hours of preempted runs that no checkpoint saved (they are part of gpu_hours too)."""
+        return _hours(sum(segment.lost_gpu_seconds for segment in self.segments))
+
     def rows(self, group_by: str | None = None) -> list[dict]:
         """GPU-hours per department and group; groups without usage are left out."""
         group_by = group_by or self.group_by
@@ -183,11 +189,14 @@ class Usage:
         return sorted(rows, key=lambda row: (row["department"], -row["gpu_hours"], *(row[name] for name in fields)))
 
     def totals(self) -> list[dict]:
-        """GPU-hours per department in the period, every department asked about (zero included)."""
+        """GPU-hours (and lost GPU-hours) per department in the period, every department asked about (zero included)."""
         seconds: dict[str, float] = dict.fromkeys(self.departments, 0.0)
+        lost: dict[str, float] = dict.fromkeys(self.departments, 0.0)
         for segment in self.segments:
             seconds[segment.department] += segment.gpu_seconds
-        return [{"department": slug, "gpu_hours": _hours(value)} for slug, value in sorted(seconds.items())]
+            lost[segment.department] += segment.lost_gpu_seconds
+        return [{"department": slug, "gpu_hours": _hours(value), "lost_gpu_hours": _hours(lost[slug])}
+                for slug, value in sorted(seconds.items())]
 
     def daily_series(self) -> dict[str, list[float]]:
         """department -> GPU-hours of each day of the period (zeros included), for a chart."""
@@ -232,6 +241,13 @@ def usage_get(*, departments, start: str = "", end: str = "", group_by: str = "d
                     gpu_seconds=(upto - begin).total_seconds() * job.gpus,
                 ))
                 begin = upto
+        for event in job.holding_events:
+            if event.to_status == lifecycle.PREEMPTED and event.lost_gpu_seconds and window_start <= event.time < window_end:
+                segments.append(UsageSegment(
+                    department=job.department.slug, day=event.time.astimezone(UTC).date(), user=job.submitted_by.username,
+                    cluster=job.pool.cluster.name, gpu_type=job.pool.gpu_type, gpu_seconds=0.0,
+                    lost_gpu_seconds=event.lost_gpu_seconds,
+                ))
     return Usage(start=first, end=last, group_by=group_by, departments=tuple(d.slug for d in departments),
                  segments=tuple(segments))
 

@@ -2,8 +2,9 @@
 
 The example training job of GPU Portal. It follows the portal's job environment
 contract (see README.md): TensorBoard scalars go to $TENSORBOARD_LOG_DIR, the
-model to $PORTAL_OUTPUT_DIR/model.joblib, SIGTERM writes a checkpoint that the
-next run resumes from, and WORLD_SIZE > 1 trains one shard of the data per rank.
+model to $PORTAL_OUTPUT_DIR/model.joblib, and WORLD_SIZE > 1 trains one shard of
+the data per rank. It checkpoints to $PORTAL_CHECKPOINT_DIR after every epoch and
+on SIGTERM, and a re-run after a preemption resumes from there.
 
 Run it locally with:  python train.py --epochs 5
 """
@@ -34,6 +35,9 @@ CLASSES = np.arange(10)
 PIXEL_MAX = 16.0  # the digits images are 8x8 pixels with values 0..16
 TEST_SIZE = 0.25
 SCALARS = ("loss/train", "accuracy/train", "accuracy/test", "time/epoch_seconds")
+# Touched after each complete checkpoint: the portal counts a preempted run's lost GPU-time from its mtime.
+MARKER = ".portal-checkpoint"
+SUMMARY = "train-summary.json"  # in PORTAL_OUTPUT_DIR: what this run trained, for people and tests
 
 stop_requested = threading.Event()  # set by SIGTERM (the portal's cancel) or SIGINT (Ctrl-C)
 stop_signal: list[str] = []
@@ -109,10 +113,26 @@ def config_of(args: argparse.Namespace, world_size: int) -> dict:
 
 
 def dump_atomically(obj, path: Path) -> None:
-    """Write a joblib file so that a reader never sees half of it."""
+    """Write a joblib file so that a reader never sees half of it, and a crash right after loses none of it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    joblib.dump(obj, tmp)
+    with tmp.open("wb") as file:
+        joblib.dump(obj, file)
+        file.flush()
+        os.fsync(file.fileno())
     os.replace(tmp, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself survives a crash only once the folder is synced
+    finally:
+        os.close(folder)
+
+
+def save_checkpoint(state: dict, path: Path, rank: int) -> None:
+    """The checkpoint, then (rank 0) the marker: a marker never promises a checkpoint that is not complete."""
+    dump_atomically(state, path)
+    if rank == 0:
+        marker = path.parent / MARKER
+        marker.write_text(json.dumps({"epoch": state["epoch"], "step": state["step"], "at": time.time()}) + "\n")
 
 
 def checkpoint_path(output_dir: Path, rank: int) -> Path:
@@ -165,9 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= rank < world_size:
         raise SystemExit(f"RANK={rank} is not within WORLD_SIZE={world_size}")
     output_dir = Path(os.environ.get("PORTAL_OUTPUT_DIR") or "output")
+    # The portal keeps PORTAL_CHECKPOINT_DIR across a job's runs (PORTAL_OUTPUT_DIR is the run's own).
+    checkpoint_dir = Path(os.environ.get("PORTAL_CHECKPOINT_DIR") or output_dir)
+    run_index = int(os.environ.get("PORTAL_RUN_INDEX") or "0")
+    resumed_run = os.environ.get("PORTAL_RESUMED") == "1"
     log_dir = Path(os.environ.get("TENSORBOARD_LOG_DIR") or "runs") / f"worker-{rank}"
-    output_dir.mkdir(parents=True, exist_ok=True)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    for folder in (output_dir, checkpoint_dir, log_dir):
+        folder.mkdir(parents=True, exist_ok=True)
     config = config_of(args, world_size)
 
     def say(message: str) -> None:
@@ -179,13 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     say(
         f"{job}: digits, {len(y_shard)} training samples (shard {rank} of {world_size}), "
         f"{len(y_test)} test samples, {args.epochs} epochs, lr {args.lr}; "
-        f"TensorBoard: {log_dir}, output: {output_dir}"
+        f"TensorBoard: {log_dir}, output: {output_dir}, checkpoints: {checkpoint_dir}; "
+        f"run {run_index}{' (resumed after a preemption)' if resumed_run else ''}"
     )
 
     # Resume from this rank's checkpoint when one exists for the same configuration.
     model = new_model(args)
     epochs_done, step_in_epoch = 0, 0
-    ckpt = checkpoint_path(output_dir, rank)
+    ckpt = checkpoint_path(checkpoint_dir, rank)
     if ckpt.exists():
         state = joblib.load(ckpt)
         if state.get("config") == config:
@@ -193,6 +218,17 @@ def main(argv: list[str] | None = None) -> int:
             say(f"resumed from checkpoint {ckpt} at epoch {epochs_done}/{args.epochs}, step {step_in_epoch}")
         else:
             say(f"ignoring checkpoint {ckpt}: it was written with other settings {state.get('config')}")
+    epochs_at_start = epochs_done
+
+    def summarize() -> None:
+        """Say and write down how many epochs this run trained, and how many the job has in total."""
+        trained = epochs_done - epochs_at_start
+        say(f"trained {trained} epoch{'s' if trained != 1 else ''} in this run, {epochs_done}/{args.epochs} in total")
+        summary = {"rank": rank, "run_index": run_index, "resumed": resumed_run, "epochs_this_run": trained,
+                   "epochs_total": epochs_done, "epochs": args.epochs, "finished": epochs_done == args.epochs}
+        name = SUMMARY if rank == 0 else f"train-summary-{rank}.json"
+        (output_dir / name).write_text(json.dumps(summary, indent=2) + "\n")
+
     scaler, classifier = model.named_steps["scale"], model.named_steps["classifier"]
     Xs_shard, Xs_test = scaler.transform(X_shard), scaler.transform(X_test)
 
@@ -226,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             for tag, value in scalars.items():
                 writer.add_scalar(tag, float(value), epoch)
             writer.flush()  # so that TensorBoard shows each epoch while the job runs
+            if epochs_done < args.epochs:
+                # Every epoch, so that a preemption without a grace period (SIGKILL, a lost node) loses one at most.
+                save_checkpoint({"config": config, "model": model, "epoch": epochs_done, "step": 0}, ckpt, rank)
             say(
                 f"epoch {epoch}/{args.epochs}  train loss {scalars['loss/train']:.4f}  "
                 f"train acc {scalars['accuracy/train']:.4f}  test acc {scalars['accuracy/test']:.4f}  "
@@ -253,8 +292,9 @@ def main(argv: list[str] | None = None) -> int:
 
         if stop_requested.is_set() and (epochs_done < args.epochs or shards is None):
             say(f"received {stop_signal[0]}: saving a checkpoint")
-            dump_atomically({"config": config, "model": model, "epoch": epochs_done, "step": step_in_epoch}, ckpt)
+            save_checkpoint({"config": config, "model": model, "epoch": epochs_done, "step": step_in_epoch}, ckpt, rank)
             say(f"checkpoint written to {ckpt} at epoch {epochs_done}/{args.epochs}, step {step_in_epoch}; exiting")
+            summarize()
             return 0
 
         if rank == 0:
@@ -288,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
             say(f"saved {output_dir / 'model.joblib'} (test accuracy {test_accuracy:.4f}) and metrics.json")
         ckpt.unlink(missing_ok=True)
+        summarize()
         return 0
     finally:
         writer.close()

@@ -65,7 +65,7 @@ def test_it_counts_gpu_hours_per_day_splitting_a_run_across_midnight(world):
         {"department": "vision", "day": "2025-03-11", "gpu_hours": 5.0},  # 2 x 1.5 h + 0.5 x 4 h
     ]
     assert body["gpu_hours"] == 9.0
-    assert body["totals"] == [{"department": "vision", "gpu_hours": 9.0}]
+    assert body["totals"] == [{"department": "vision", "gpu_hours": 9.0, "lost_gpu_hours": 0.0}]
 
 
 def test_it_counts_only_the_part_inside_the_period(world):
@@ -160,7 +160,7 @@ def test_it_defaults_to_the_last_30_days_by_day(world):
     body = usage(world, world.alice).json()
     today = timezone.now().date()
     assert (body["from"], body["to"], body["group_by"]) == (str(today - timedelta(days=29)), str(today), "day")
-    assert body["rows"] == [] and body["totals"] == [{"department": "vision", "gpu_hours": 0.0}]
+    assert body["rows"] == [] and body["totals"] == [{"department": "vision", "gpu_hours": 0.0, "lost_gpu_hours": 0.0}]
 
 
 def test_members_see_their_departments_and_outsiders_get_404(world):
