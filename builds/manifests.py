@@ -12,6 +12,15 @@ The build context is either
   becomes ``refs/heads/<branch>``, a full ref (``refs/tags/v1``) or a 40-hex commit goes as it is.
   ``--context-sub-path`` picks a directory of the repository, ``--dockerfile`` is relative to it.
 
+Containment: the build runs a department's Dockerfile, so it gets what Kaniko allows of what the job pods
+get (jobs/executors/pod_security.py): no service-account token, the RuntimeDefault seccomp profile, no
+privilege escalation, and all capabilities dropped but the file-owner ones an image build uses (``KANIKO_CAPABILITIES``:
+unpacking layers as any owner with their modes, set-id bits and file capabilities, and RUN steps that switch
+users, as apt does). It cannot run as non-root nor on a read-only root filesystem: Kaniko builds the image
+by unpacking the base image over its own root filesystem and running the RUN steps there, as root (uid 0
+inside the container is what lets it create files owned by any user). The department's NetworkPolicy
+applies to builds as to jobs.
+
 Cluster settings read here (Cluster.settings): ``build_registry`` (required), ``build_push_secret``
 (a kubernetes.io/dockerconfigjson Secret in each department namespace, mounted at /kaniko/.docker),
 ``build_insecure_registry`` (push over plain http), ``build_cpu``, ``build_memory``,
@@ -36,6 +45,7 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 REGISTRY = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
 MAX_NAME = 63
+KANIKO_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETFCAP"]
 
 
 class BuildSetupError(ValueError):
@@ -154,9 +164,12 @@ def job_manifest(spec: BuildSpec, build: BuildSettings, cluster: ClusterSettings
         "volumeMounts": mounts,
         # Kaniko writes the digest there; on a failure without one, the log's tail becomes the message.
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": False,
+                            "capabilities": {"drop": ["ALL"], "add": list(KANIKO_CAPABILITIES)}},
     }
     pod = {"restartPolicy": "Never", "containers": [container], "volumes": volumes,
-           "enableServiceLinks": False, "automountServiceAccountToken": False}
+           "enableServiceLinks": False, "automountServiceAccountToken": False,
+           "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}
     if cluster.image_pull_secret:
         pod["imagePullSecrets"] = [{"name": cluster.image_pull_secret}]
     job_spec = {"backoffLimit": 0, "activeDeadlineSeconds": build.deadline_seconds,

@@ -8,6 +8,8 @@ mistake and carries the API server's own message.
 
 The executor renders ``manifests.job_manifests`` (validated before they are sent), creates them
 idempotently (409 = already there) and reads states back from the operator's conditions and the pods.
+Before a department's first job it makes sure of the department's namespace, job volume and
+NetworkPolicy (the fence between the department's pods and the portal), once per process.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from jobs.executors.base import (
 from jobs.executors.manifest_validation import ManifestInvalid, check_manifests
 from jobs.executors.manifests import (
     JOB_ID_LABEL, MANAGED_BY, REPLICA_INDEX_LABEL, ClusterSettings, ManifestError, department_manifests,
-    job_manifests, job_volume_manifest, namespace_manifest,
+    job_manifests, job_volume_manifest, namespace_manifest, network_policy_manifest,
 )
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "ResourceQuota"): ("resourcequotas", True), ("v1", "Event"): ("events", True),
     ("apps/v1", "Deployment"): ("deployments", True), ("apps/v1", "StatefulSet"): ("statefulsets", True),
     ("batch/v1", "Job"): ("jobs", True), ("networking.k8s.io/v1", "Ingress"): ("ingresses", True),
+    ("networking.k8s.io/v1", "NetworkPolicy"): ("networkpolicies", True),
     ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): ("clusterroles", False),
     ("kubeflow.org/v1", "PyTorchJob"): ("pytorchjobs", True), ("kubeflow.org/v1", "TFJob"): ("tfjobs", True),
@@ -338,16 +341,25 @@ class KubernetesExecutor:
             return
         self.kube.create(namespace_manifest(department, self.settings))
         self.kube.create(job_volume_manifest(department, self.settings))
+        self._ensure(network_policy_manifest(department, self.settings))
         self._ready.add(key)
 
     def ensure_department(self, department: str, nominal_gpus: int) -> None:
-        """Namespace, job volume and GPU ResourceQuota (created, or its limit updated)."""
+        """Namespace, job volume, GPU ResourceQuota and NetworkPolicy (created, or their spec updated)."""
         for manifest in department_manifests(department, nominal_gpus, self.settings):
-            found, created = self.kube.create(manifest)
-            if not created and manifest["kind"] == "ResourceQuota" and found.get("spec") != manifest["spec"]:
-                meta = manifest["metadata"]
-                self.kube.patch("v1", "ResourceQuota", meta["namespace"], meta["name"], {"spec": manifest["spec"]})
+            self._ensure(manifest)
         self._ready.add((self.kube.api.configuration.host, self.settings.namespace(department)))
+
+    def _ensure(self, manifest: dict) -> None:
+        """Create; a ResourceQuota or NetworkPolicy already there gets the wanted spec (settings change)."""
+        try:
+            check_manifests([manifest])
+        except ManifestInvalid as exc:  # a bug of the portal: retrying cannot help
+            raise ExecutorError(f"The portal built an invalid {manifest['kind']}: {exc}", permanent=True) from exc
+        found, created = self.kube.create(manifest)
+        if not created and manifest["kind"] in ("ResourceQuota", "NetworkPolicy") and found.get("spec") != manifest["spec"]:
+            meta = manifest["metadata"]
+            self.kube.patch(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"], {"spec": manifest["spec"]})
 
     # -- reading back
 

@@ -3,8 +3,9 @@
 - Custom resources (PyTorchJob, TFJob, MPIJob, KServe's InferenceService) against the openAPIV3Schema
   of the official CRDs copied in crds/ (SOURCE.txt), made CLOSED: an object whose schema lists its
   properties accepts no others, so a typo fails here instead of being pruned silently by the API server.
-- Core kinds (Job, Namespace, ResourceQuota, PriorityClass, PersistentVolumeClaim) with
-  kubernetes-validate in strict mode (its schemas ship with the package: works offline).
+- Core kinds (Job, Namespace, ResourceQuota, PriorityClass, PersistentVolumeClaim, NetworkPolicy ...) with
+  kubernetes-validate in strict mode (its schemas ship with the package: works offline), and what the API
+  server checks beyond the schema for a NetworkPolicy: CIDRs, and each ``except`` inside its block.
 - What the operators' admission webhooks check and the CRDs do not encode: container names
   ``pytorch`` / ``tensorflow``, one Master, at least one worker, one Launcher, restart policies, and
   DNS-1035 names short enough for the pods' host names; label keys and values for every kind.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import ipaddress
 import re
 from pathlib import Path
 
@@ -217,7 +219,34 @@ def _core_problems(manifest: dict) -> list[str]:
         template = (manifest.get("spec") or {}).get("template") or {}
         return (_pod_problems(template.get("spec") or {}, "spec.template.spec")
                 + _metadata_problems("Job", template.get("metadata") or {}, "spec.template.metadata"))
+    if manifest["kind"] == "NetworkPolicy":
+        return _network_policy_problems(manifest.get("spec") or {})
     return []
+
+
+def _network_policy_problems(spec: dict) -> list[str]:
+    problems = []
+    for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+        for index, rule in enumerate(spec.get(direction) or []):
+            for peer_index, peer in enumerate(rule.get(peers_key) or []):
+                block = peer.get("ipBlock")
+                if block is None:
+                    continue
+                path = f"spec.{direction}[{index}].{peers_key}[{peer_index}].ipBlock"
+                try:
+                    cidr = ipaddress.ip_network(block["cidr"], strict=False)
+                except ValueError:
+                    problems.append(f"{path}.cidr: {block['cidr']!r} is not a CIDR")
+                    continue
+                for position, value in enumerate(block.get("except") or []):
+                    try:
+                        inner = ipaddress.ip_network(value, strict=False)
+                    except ValueError:
+                        problems.append(f"{path}.except[{position}]: {value!r} is not a CIDR")
+                        continue
+                    if inner.version != cidr.version or not inner.subnet_of(cidr) or inner == cidr:
+                        problems.append(f"{path}.except[{position}]: {value!r} must be strictly within {block['cidr']!r}")
+    return problems
 
 
 # --------------------------------------------------------------------------------- names and labels

@@ -16,8 +16,12 @@ items of constant scripts, never inside a shell string.
 The job environment contract (DESIGN.md) on Kubernetes:
 - set here: PORTAL_JOB_ID, PORTAL_JOB_NAME, LOCAL_RANK (one process per pod: 0), CUDA_VISIBLE_DEVICES
   (0..n-1: the device plugin shows a container only its own GPUs; "" without GPUs),
-  PORTAL_GPU_FRACTION (shared GPUs), TENSORBOARD_LOG_DIR and PORTAL_OUTPUT_DIR (on the job-volume PVC
-  under the job's own subPath), PORTAL_DATA_<NAME> (each mount's path), PYTHONPATH for the requirements;
+  PORTAL_GPU_FRACTION (shared GPUs), PORTAL_DATA_<NAME> (each mount's path), PYTHONPATH for the
+  requirements, HOME and TMPDIR (/tmp, an emptyDir: the root filesystem is read-only);
+- on the department's job volume (``job_volume_layout``): PORTAL_OUTPUT_DIR per run,
+  PORTAL_CHECKPOINT_DIR per job (kept across the runs of a preempted job), TENSORBOARD_LOG_DIR per run
+  inside the job's TensorBoard folder (a board mounts the folder and shows every run);
+  PORTAL_RUN_INDEX (0, then 1 after the first preemption ...) and PORTAL_RESUMED=1 on a re-run;
 - set by the Training Operator: WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT (PyTorchJob), TF_CONFIG (TFJob);
 - TFJob: WORLD_SIZE, MASTER_ADDR (worker 0's service) and MASTER_PORT are set here, RANK from the pod's
   replica-index label (downward API);
@@ -26,7 +30,7 @@ The job environment contract (DESIGN.md) on Kubernetes:
 max_runtime_seconds becomes activeDeadlineSeconds, which counts from the job's start (fetching code
 and installing requirements included), while the local executor counts from the command's start.
 The placement's nodes are not pinned: the portal's admission reserved the GPUs, kube-scheduler picks
-the nodes within the GPU type's node selector.
+the nodes within the GPU type's node selector. Every pod is contained as jobs/executors/pod_security.py says.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 
+from jobs.executors import pod_security
 from jobs.executors.base import JobSpec, Placement
 
 MANAGED_BY = "gpu-portal"
@@ -45,7 +50,7 @@ PYTORCH_PORT, TF_PORT, LOCAL_PORT = 23456, 2222, 29500
 # Pod names add "-worker-63" (or "-launcher") to the job's name and must stay DNS labels (<= 63).
 MAX_NAME = 52
 WORKSPACE, CODE_DIR, PACKAGES_DIR = "/portal/workspace", "/portal/workspace/code", "/portal/workspace/packages"
-TENSORBOARD_DIR, OUTPUT_DIR = "/portal/tensorboard", "/portal/output"
+TENSORBOARD_DIR, OUTPUT_DIR, CHECKPOINT_DIR = "/portal/tensorboard", "/portal/output", "/portal/checkpoints"
 SHARED_GPU_UNITS = ("GiB", "MiB", "percent")
 
 # Constant scripts: everything that comes from the job is in $PORTAL_CODE_URL, $PORTAL_CODE_REF or "$@".
@@ -62,12 +67,13 @@ if [ "$#" -gt 1 ] || [ "$1" != "--" ]; then
 fi
 """
 _ENV_UNSAFE = re.compile(r"[^A-Z0-9]")
-_JSON_TYPES = {int: "an integer", str: "a string", bool: "true or false", dict: "an object"}
+_JSON_TYPES = {int: "an integer", str: "a string", bool: "true or false", dict: "an object", list: "a list"}
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _JOB_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")  # a label value; also a safe subPath
 _RESERVED = {
     "PORTAL_JOB_ID", "PORTAL_JOB_NAME", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG",
     "CUDA_VISIBLE_DEVICES", "PORTAL_GPU_FRACTION", "TENSORBOARD_LOG_DIR", "PORTAL_OUTPUT_DIR", "PYTHONPATH",
-    "NVIDIA_VISIBLE_DEVICES", "PYTHONUNBUFFERED",
+    "NVIDIA_VISIBLE_DEVICES", "PYTHONUNBUFFERED", "PORTAL_CHECKPOINT_DIR", "PORTAL_RUN_INDEX", "PORTAL_RESUMED",
 }
 
 
@@ -95,13 +101,21 @@ class ClusterSettings:
     image_pull_secret: str = ""
     git_image: str = "alpine/git:2.47.2"
     storage_pvcs: Mapping[str, str] = field(default_factory=dict)  # department storage name -> PVC name
-    job_volume_pvc: str = "portal-jobs"  # per-namespace PVC: <job id>/tensorboard and <job id>/output
+    job_volume_pvc: str = "portal-jobs"  # per-namespace PVC: job_volume_layout says what is where
     job_volume_size: str = "100Gi"
     job_volume_storage_class: str = ""
     priority_class_prefix: str = "gpu-portal-"  # portal priority "high" -> PriorityClass "gpu-portal-high"
     restart_policy: str = "Never"  # Never | OnFailure (replicas of operator jobs)
     backoff_limit: int = 0
     ttl_seconds_after_finished: int | None = None
+    # Containment (jobs/executors/pod_security.py): the uid and gid (also fsGroup) of every job, board and
+    # model-server pod; the images must work as that user (MPI workers: the MPI Operator's mpiuser is 1000).
+    run_as_user: int = 1000
+    run_as_group: int = 1000
+    mpi_ssh_auth_mount_path: str = "/home/mpiuser/.ssh"  # the run_as_user's ~/.ssh in the MPI images
+    portal_namespace: str = "gpu-portal"  # the portal's own: department pods cannot reach it, it reaches them
+    internal_cidrs: list = field(default_factory=lambda: list(pod_security.DEFAULT_INTERNAL_CIDRS))
+    ingress_namespaces: list = field(default_factory=list)  # more namespaces that may reach department pods
 
     @classmethod
     def from_cluster(cls, name: str, settings: Mapping, pools: Iterable[tuple[str, int]] = ()) -> ClusterSettings:
@@ -120,6 +134,15 @@ class ClusterSettings:
             raise ManifestError(f"Cluster {name}: shared_gpu_unit must be one of {', '.join(SHARED_GPU_UNITS)}.")
         if made.restart_policy not in ("Never", "OnFailure"):
             raise ManifestError(f"Cluster {name}: restart_policy must be Never or OnFailure.")
+        for key in ("run_as_user", "run_as_group"):
+            if not 1 <= getattr(made, key) <= 2**31 - 1:
+                raise ManifestError(f"Cluster {name}: {key} must be a uid/gid from 1 to 2147483647 (pods never run as root).")
+        problems = [pod_security.cidr_problem(cidr) for cidr in made.internal_cidrs]
+        if any(problems):
+            raise ManifestError(f"Cluster {name}: internal_cidrs: {'; '.join(p for p in problems if p)}.")
+        namespaces = [made.portal_namespace, *made.ingress_namespaces]
+        if not all(isinstance(ns, str) and _NAMESPACE.match(ns) for ns in namespaces):
+            raise ManifestError(f"Cluster {name}: portal_namespace and ingress_namespaces must name namespaces.")
         return made
 
     def namespace(self, department: str) -> str:
@@ -159,13 +182,43 @@ def resource_name(job: JobSpec) -> str:
     return f"{base[:max(room, 1)].rstrip('-')}-{job_id}"[:MAX_NAME].rstrip("-")
 
 
+def job_tensorboard_subpath(job_key: str) -> str:
+    """The folder of a job's TensorBoard event files on its department's job volume, one ``run-<index>``
+    folder per run inside: what a board mounts (tensorboard_k8s.job_run) to show every run."""
+    return f"tensorboard/{job_key}"
+
+
+def tensorboard_run_subpath(job_key: str, run_index: int) -> str:
+    return f"{job_tensorboard_subpath(job_key)}/run-{run_index}"
+
+
 def tensorboard_subpath(job_id: str) -> str:
-    """Where a job's TensorBoard event files are on its department's job volume (for the board's Deployment)."""
+    """Where runs wrote their event files before job keys (one folder per run id); nothing writes there now.
+    Kept for jobs/boards.py until it names boards' runs with tensorboard_k8s.job_run."""
     return f"{job_id}/tensorboard"
 
 
+def checkpoint_subpath(job_key: str) -> str:
+    """PORTAL_CHECKPOINT_DIR: one folder per job, the same for every run, so a re-run finds what the
+    preempted run saved."""
+    return f"checkpoints/{job_key}"
+
+
 def output_subpath(job_id: str) -> str:
+    """PORTAL_OUTPUT_DIR: per run (``job_id`` is the run's id)."""
     return f"{job_id}/output"
+
+
+def job_volume_layout(job: JobSpec) -> dict[str, str]:
+    """Mount path -> subPath of the job volume for one run of ``job``."""
+    key = job_key(job)
+    return {TENSORBOARD_DIR: tensorboard_run_subpath(key, job.run_index), OUTPUT_DIR: output_subpath(job.job_id),
+            CHECKPOINT_DIR: checkpoint_subpath(key)}
+
+
+def job_key(job: JobSpec) -> str:
+    """What names the folders a job keeps across runs: its portal id (the run's id for a spec without one)."""
+    return job.job_key or job.job_id
 
 
 def labels(job: JobSpec) -> dict[str, str]:
@@ -186,6 +239,8 @@ def job_manifests(
     """
     if not _JOB_ID.match(job.job_id):
         raise ManifestError(f"Job id {job.job_id!r} cannot label Kubernetes objects (1-63 letters, digits, '-', '_', '.').")
+    if not _JOB_ID.match(job_key(job)) or job.run_index < 0:
+        raise ManifestError(f"Job key {job.job_key!r} / run index {job.run_index} cannot name folders on the job volume.")
     if len(placement.workers) != job.workers:
         raise ManifestError(f"Job {job.job_id} has {job.workers} workers but a placement for {len(placement.workers)}.")
     kind = kind_for(job)
@@ -216,7 +271,7 @@ def job_manifests(
         return [{"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": metadata, "spec": spec}]
     if kind == "MPIJob":
         spec = {
-            "slotsPerWorker": 1, "runLauncherAsWorker": False, "sshAuthMountPath": "/root/.ssh",
+            "slotsPerWorker": 1, "runLauncherAsWorker": False, "sshAuthMountPath": cluster.mpi_ssh_auth_mount_path,
             "mpiImplementation": "OpenMPI", "launcherCreationPolicy": "WaitForWorkersReady", "runPolicy": run_policy,
             "mpiReplicaSpecs": {
                 "Launcher": replica(1, pod.template("launcher", kind, gpus=False)),
@@ -252,6 +307,7 @@ class _PodBuilder:
             "command": command or ["bash", "-c", job.command],
             "env": self.env(kind, gpu_count), "volumeMounts": self.mounts(),
             "resources": {"limits": self.gpu_limits(gpu_count)} if gpu_count else {},
+            "securityContext": pod_security.container_security_context(),
         }
         if kind == "PyTorchJob":
             main["ports"] = [{"name": "pytorchjob-port", "containerPort": PYTORCH_PORT, "protocol": "TCP"}]
@@ -261,6 +317,7 @@ class _PodBuilder:
             "initContainers": self.init_containers(), "containers": [main], "volumes": self.volumes(),
             "terminationGracePeriodSeconds": job.grace_seconds, "enableServiceLinks": False,
             "automountServiceAccountToken": False,
+            "securityContext": pod_security.pod_security_context(cluster.run_as_user, cluster.run_as_group),
         }
         if gpu_count:
             spec["nodeSelector"] = {cluster.gpu_node_label: cluster.gpu_node_values.get(self.gpu_type, self.gpu_type)}
@@ -294,12 +351,15 @@ class _PodBuilder:
 
     def env(self, kind: str, gpus: float) -> list[dict]:
         job = self.job
-        values = {k: v for k, v in job.env.items() if k not in _RESERVED}
+        values = {**pod_security.scratch_env(), **{k: v for k, v in job.env.items() if k not in _RESERVED}}
         values.update({
             "PORTAL_JOB_ID": job.job_id, "PORTAL_JOB_NAME": job.name, "LOCAL_RANK": "0",
             "CUDA_VISIBLE_DEVICES": ",".join(str(index) for index in range(math.ceil(gpus))),
             "TENSORBOARD_LOG_DIR": TENSORBOARD_DIR, "PORTAL_OUTPUT_DIR": OUTPUT_DIR, "PYTHONPATH": PACKAGES_DIR,
+            "PORTAL_CHECKPOINT_DIR": CHECKPOINT_DIR, "PORTAL_RUN_INDEX": str(job.run_index),
         })
+        if job.run_index > 0:
+            values["PORTAL_RESUMED"] = "1"
         if kind != "PyTorchJob":  # the operator sets it there
             values["PYTHONUNBUFFERED"] = "1"
         if not gpus:
@@ -323,38 +383,44 @@ class _PodBuilder:
         ref = self.commit or job.code_ref or ""
 
         def env(**values: str) -> list[dict]:
-            values.update(PORTAL_CODE_DIR=CODE_DIR, PORTAL_PACKAGES_DIR=PACKAGES_DIR)
+            values.update(PORTAL_CODE_DIR=CODE_DIR, PORTAL_PACKAGES_DIR=PACKAGES_DIR, **pod_security.scratch_env())
             return [{"name": name, "value": value} for name, value in values.items()]
 
+        # Both write only to the workspace and /tmp (git's and pip's caches, pip's build folders): their
+        # root filesystems are read-only like the main container's.
+        mounts = [{"name": "workspace", "mountPath": WORKSPACE}, pod_security.scratch_mount()]
         fetch = {
             "name": "fetch-code", "image": cluster.image(cluster.git_image), "command": ["sh", "-c", FETCH_SCRIPT],
             "env": env(PORTAL_CODE_URL=job.code_url, PORTAL_CODE_REF=ref, GIT_TERMINAL_PROMPT="0",
                        GIT_ALLOW_PROTOCOL="https:http:ssh:git"),
-            "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
+            "volumeMounts": mounts, "securityContext": pod_security.container_security_context(),
         }
         install = {
             "name": "install-requirements", "image": cluster.image(job.image),
             "command": ["sh", "-c", INSTALL_SCRIPT, "install-requirements", *job.requirements],
-            "env": env(PIP_NO_INPUT="1"), "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
+            "env": env(PIP_NO_INPUT="1"), "volumeMounts": mounts,
+            "securityContext": pod_security.container_security_context(),
         }
         return [fetch, install]
 
     def mounts(self) -> list[dict]:
-        mounts = [
-            {"name": "workspace", "mountPath": WORKSPACE},
-            {"name": "job-volume", "mountPath": TENSORBOARD_DIR, "subPath": tensorboard_subpath(self.job.job_id)}
-            if self.tensorboard else {"name": "tensorboard", "mountPath": TENSORBOARD_DIR},
-            {"name": "job-volume", "mountPath": OUTPUT_DIR, "subPath": output_subpath(self.job.job_id)},
-        ]
+        mounts = [{"name": "workspace", "mountPath": WORKSPACE}, pod_security.scratch_mount()]
+        for path, subpath in job_volume_layout(self.job).items():
+            if path == TENSORBOARD_DIR and not self.tensorboard:
+                mounts.append({"name": "tensorboard", "mountPath": TENSORBOARD_DIR})
+            else:
+                mounts.append({"name": "job-volume", "mountPath": path, "subPath": subpath})
         for index, mount in enumerate(self.job.mounts):
             if mount.path.rstrip("/") == "/portal" or mount.path.startswith("/portal/"):
                 raise ManifestError(f"Storage {mount.name}: /portal is the portal's own; mount it elsewhere.")
+            if mount.path.rstrip("/") == pod_security.SCRATCH_DIR:
+                raise ManifestError(f"Storage {mount.name}: {pod_security.SCRATCH_DIR} is the job's scratch space; mount it elsewhere.")
             mounts.append({"name": f"data-{index}", "mountPath": mount.path, "readOnly": mount.read_only})
         return mounts
 
     def volumes(self) -> list[dict]:
         volumes = [
-            {"name": "workspace", "emptyDir": {}},
+            {"name": "workspace", "emptyDir": {}}, pod_security.scratch_volume(),
             {"name": "job-volume", "persistentVolumeClaim": {"claimName": self.cluster.job_volume_pvc}},
             *([] if self.tensorboard else [{"name": "tensorboard", "emptyDir": {}}]),
         ]
@@ -416,9 +482,15 @@ def department_gpu_limit(quotas: Iterable[tuple[int, int | None, int]]) -> int:
     return sum(min(total, total if limit is None else nominal + limit) for nominal, limit, total in quotas)
 
 
+def network_policy_manifest(department: str, cluster: ClusterSettings) -> dict:
+    """The department's pods reach each other, DNS and the outside, never the portal's namespace or the
+    cluster's internal networks; only they and the portal reach them (jobs/executors/pod_security.py)."""
+    return pod_security.network_policy_manifest(department, cluster, _department_labels(department))
+
+
 def department_manifests(department: str, gpu_limit: int, cluster: ClusterSettings) -> list[dict]:
     return [namespace_manifest(department, cluster), gpu_quota_manifest(department, gpu_limit, cluster),
-            job_volume_manifest(department, cluster)]
+            job_volume_manifest(department, cluster), network_policy_manifest(department, cluster)]
 
 
 def priority_class_manifests(priorities: Iterable[tuple[str, int, bool]], cluster: ClusterSettings) -> list[dict]:

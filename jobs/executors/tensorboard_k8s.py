@@ -1,7 +1,11 @@
 """TensorBoard on Kubernetes: one Deployment + Service per board in the department's namespace, reading
-the jobs' event files from the department's job volume (read-only, one subPath per run: what
-manifests.tensorboard_subpath gives a job). Reached only through the portal's proxy at the Service's
-cluster DNS name. Talks to the cluster through jobs.executors.kubernetes.Kube alone; no Django.
+the jobs' event files from the department's job volume (read-only, one subPath per job: its whole
+TensorBoard folder, manifests.job_tensorboard_subpath, which holds one ``run-<index>`` folder per run, so a
+board shows every run of a preempted job: ``job_run`` makes that entry). Reached only through the portal's
+proxy at the Service's cluster DNS name; the pod is contained like the jobs' (pod_security.py) except
+that its root filesystem stays writable: TensorBoard refuses to start without a writable temporary folder
+(its ``.tensorboard-info``), and as the unprivileged user it can write only the image's /tmp. Talks to the cluster through
+jobs.executors.kubernetes.Kube alone; no Django.
 
 A BoardProcess of this backend: host = "<service>.<namespace>.svc.<cluster domain>", port = the
 Service's port, pid None, handle "<namespace>/<name>".
@@ -12,9 +16,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from jobs.executors import pod_security
 from jobs.executors.base import ExecutorError
 from jobs.executors.manifest_validation import ManifestInvalid, check_manifests
-from jobs.executors.manifests import DEPARTMENT_LABEL, MANAGED_BY, ClusterSettings
+from jobs.executors.manifests import DEPARTMENT_LABEL, MANAGED_BY, ClusterSettings, job_tensorboard_subpath
 from jobs.executors.tensorboard import BoardError, BoardProcess, BoardSpec
 
 DEFAULT_IMAGE = "tensorflow/tensorflow:2.18.0"  # ships `tensorboard`; a cluster setting can replace it
@@ -31,6 +36,11 @@ class KubeBoardSpec(BoardSpec):
     """A BoardSpec whose runs are (run name, subPath on the department's job volume)."""
 
     department: str = ""
+
+
+def job_run(run: str, job_key: str) -> tuple[str, str]:
+    """A board entry showing every run of one job: (run name, the job's TensorBoard folder)."""
+    return run, job_tensorboard_subpath(job_key)
 
 
 def board_name(board_id: int) -> str:
@@ -63,11 +73,14 @@ def board_manifests(spec: KubeBoardSpec, cluster: ClusterSettings, *, image: str
         "name": "tensorboard", "image": cluster.image(image), "command": ["tensorboard"], "args": args,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "volumeMounts": mounts, "readinessProbe": probe,
+        "env": [{"name": name, "value": value} for name, value in pod_security.scratch_env().items()],
         "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
+        "securityContext": pod_security.container_security_context(read_only_root=False),
     }
     # Read-only per mount, not per volume: kubelet must be able to create the subPath of a job that has
     # not written any event file yet, or the pod would not start.
     pod = {"containers": [container], "automountServiceAccountToken": False, "enableServiceLinks": False,
+           "securityContext": pod_security.pod_security_context(cluster.run_as_user, cluster.run_as_group),
            "volumes": [{"name": "job-volume", "persistentVolumeClaim": {"claimName": cluster.job_volume_pvc}}]}
     if cluster.image_pull_secret:
         pod["imagePullSecrets"] = [{"name": cluster.image_pull_secret}]

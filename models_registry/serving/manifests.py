@@ -12,6 +12,13 @@ cluster with the ``artifact_uri_prefix`` setting (e.g. ``pvc://portal-models/`` 
 of the store, or ``s3://bucket/models/``).
 
 Readiness follows KServe's own rule: condition Ready=True for the current generation.
+
+The predictor pod is contained like the portal's job pods (jobs/executors/pod_security.py): the cluster's
+``run_as_user``/``run_as_group``, RuntimeDefault seccomp, no service-account token, and a model container
+with no privilege escalation, no capabilities and a read-only root with /tmp on an emptyDir. The user and
+seccomp profile are repeated on the container: Knative (serverless mode) drops pod-level fields other than
+seccompProfile unless its ``kubernetes.podspec-securitycontext`` feature is enabled, and KServe's injected
+storage-initializer still runs under the pod-level ones where they are kept.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from jobs.executors import pod_security
 from jobs.executors.manifests import DEPARTMENT_LABEL, MANAGED_BY, ManifestError
 
 API_VERSION, KIND = "serving.kserve.io/v1beta1", "InferenceService"
@@ -48,6 +56,8 @@ class ServingSettings:
     serving_cpu: str = "1"
     serving_memory: str = "2Gi"
     serving_max_replicas: int = 0  # autoscaling ceiling; 0: exactly the variant's replicas
+    run_as_user: int = 1000  # the same keys as the job pods' (ClusterSettings)
+    run_as_group: int = 1000
 
     @classmethod
     def from_settings(cls, cluster: str, settings: Mapping) -> ServingSettings:
@@ -56,6 +66,9 @@ class ServingSettings:
             if f.name in values and (not isinstance(values[f.name], type(f.default)) or isinstance(values[f.name], bool)):
                 raise ManifestError(f"Cluster {cluster}: setting {f.name} must be "
                                     f"{'an integer' if isinstance(f.default, int) else 'a string'}.")
+        for key in ("run_as_user", "run_as_group"):
+            if key in values and not 1 <= values[key] <= 2**31 - 1:
+                raise ManifestError(f"Cluster {cluster}: {key} must be a uid/gid from 1 to 2147483647 (pods never run as root).")
         return cls(**values)
 
 
@@ -104,16 +117,23 @@ def labels(target: InferenceTarget) -> dict[str, str]:
 
 def inference_service(target: InferenceTarget, settings: ServingSettings) -> dict:
     resources = {"cpu": settings.serving_cpu, "memory": settings.serving_memory}
+    pod_context = pod_security.pod_security_context(settings.run_as_user, settings.run_as_group)
     model = {
         "modelFormat": {"name": target.framework},
         "storageUri": cluster_artifact_uri(target.artifact_uri, settings),
         "protocolVersion": "v1",  # the router speaks KServe V1: POST /v1/models/<name>:predict
         "resources": {"requests": resources, "limits": resources},
+        "env": [{"name": name, "value": value} for name, value in pod_security.scratch_env().items()],
+        "volumeMounts": [pod_security.scratch_mount()],
+        "securityContext": {**pod_security.container_security_context(),
+                            **{key: pod_context[key] for key in ("runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile")}},
     }
     if settings.serving_runtime:
         model["runtime"] = settings.serving_runtime
     predictor = {"model": model, "minReplicas": target.replicas,
-                 "maxReplicas": max(target.replicas, settings.serving_max_replicas)}
+                 "maxReplicas": max(target.replicas, settings.serving_max_replicas),
+                 "securityContext": pod_context, "automountServiceAccountToken": False,
+                 "volumes": [pod_security.scratch_volume()]}
     if settings.serving_service_account:
         predictor["serviceAccountName"] = settings.serving_service_account
     spec = {"predictor": predictor}

@@ -279,3 +279,48 @@ def test_the_watcher_relists_after_410_and_misses_no_change(executor, kube, kube
         stop.set()
         thread.join(10)
     assert not thread.is_alive()
+
+
+def test_a_departments_namespace_gets_its_network_policy_once_and_the_fake_accepts_it(executor, kube, cluster):
+    for _ in range(2):
+        for job in (spec(framework="pytorch"), spec()):
+            executor.launch(job, placement())
+    executor.ensure_department("vision", 4)
+    (policy,) = kube.list("networking.k8s.io/v1", "NetworkPolicy", NS)
+    assert policy["metadata"]["name"] == "portal-department" and policy["metadata"]["generation"] == 1
+    assert policy["spec"]["ingress"][0]["from"][1] == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gpu-portal"}}}
+    assert kube.list("networking.k8s.io/v1", "NetworkPolicy", "portal-nlp") == []
+
+
+def test_a_changed_network_setting_reaches_the_departments_policy(kube_api, kube):
+    KubernetesExecutor(kube_api, ClusterSettings()).ensure_department("vision", 4)
+    narrower = ClusterSettings.from_cluster("kubernetes", {"internal_cidrs": ["10.42.0.0/16", "10.43.0.0/16"]})
+    KubernetesExecutor(kube_api, narrower).ensure_department("vision", 4)
+    (policy,) = kube.list("networking.k8s.io/v1", "NetworkPolicy", NS)
+    assert policy["spec"]["egress"][2]["to"][0]["ipBlock"]["except"] == ["10.42.0.0/16", "10.43.0.0/16"]
+
+
+def test_a_policy_the_api_server_would_refuse_is_refused_by_the_fake_too(kube_api, kube):
+    kube_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "p", "namespace": NS},
+              "spec": {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["11.0.0.0/8"]}}]}]}}
+    with pytest.raises(ExecutorError) as caught:
+        kube_api.create(policy)
+    assert caught.value.permanent and "must be strictly within '10.0.0.0/8'" in caught.value.message
+
+
+def test_a_rerun_is_told_it_resumes_and_shares_the_checkpoint_folder_of_its_job(executor, kube):
+    first = spec(job_id="7-aa", job_key="7", framework="pytorch", workers=2)
+    rerun = spec(job_id="7-bb", job_key="7", framework="pytorch", workers=2, run_index=1)
+    for job in (first, rerun):
+        executor.launch(job, placement(2))
+    for job, resumed in ((first, None), (rerun, "1")):
+        (stored,) = kube.list("kubeflow.org/v1", "PyTorchJob", NS, labels=f"portal/job-id={job.job_id}")
+        for replica in stored["spec"]["pytorchReplicaSpecs"].values():
+            (main,) = replica["template"]["spec"]["containers"]
+            env = {item["name"]: item.get("value") for item in main["env"]}
+            assert (env["PORTAL_RUN_INDEX"], env.get("PORTAL_RESUMED")) == (str(job.run_index), resumed)
+            mounts = {m["mountPath"]: m.get("subPath") for m in main["volumeMounts"]}
+            assert mounts[env["PORTAL_CHECKPOINT_DIR"]] == "checkpoints/7"
+            assert mounts[env["TENSORBOARD_LOG_DIR"]] == f"tensorboard/7/run-{job.run_index}"

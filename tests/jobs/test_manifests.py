@@ -46,7 +46,7 @@ def spec(**fields) -> JobSpec:
         job_id="42-0f3a9c1e", name="digits", department="vision", code_url="https://git.example.com/team/repo.git",
         code_ref="main", command="python train.py --epochs 3", framework="pytorch",
         image="pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime", requirements=("numpy==2.4.6",), workers=1,
-        gpus_per_worker=1, max_runtime_seconds=3600,
+        gpus_per_worker=1, max_runtime_seconds=3600, job_key="42",
     )
     return JobSpec(**{**defaults, **fields})
 
@@ -204,9 +204,39 @@ def test_tensorboard_logs_go_to_the_job_volume_only_when_a_board_is_wanted(tenso
     volume = next(v for v in template["spec"]["volumes"] if v["name"] == logs["name"])
     if tensorboard:
         assert volume["persistentVolumeClaim"] == {"claimName": "portal-jobs"}
-        assert logs["subPath"] == "42-0f3a9c1e/tensorboard"
+        assert logs["subPath"] == "tensorboard/42/run-0"
     else:
         assert volume == {"name": logs["name"], "emptyDir": {}}
+
+
+def volume_paths(template: dict) -> dict[str, str]:
+    """Mount path -> subPath of the job volume, in the main container."""
+    return {m["mountPath"]: m["subPath"] for m in main_container(template)["volumeMounts"] if m["name"] == "job-volume"}
+
+
+@pytest.mark.parametrize(("framework", "workers", "kind", "replicas", "container"), FRAMEWORKS)
+def test_a_rerun_after_preemption_finds_the_checkpoints_and_board_folder_of_its_job(framework, workers, kind, replicas,
+                                                                                    container):
+    first = render(spec(framework=framework, workers=workers))
+    rerun = render(spec(framework=framework, workers=workers, job_id="42-77aa01bc", run_index=1))
+    for before, after in zip(pod_specs(first).values(), pod_specs(rerun).values(), strict=True):
+        env_before, env_after = env_of(main_container(before)), env_of(main_container(after))
+        assert (env_before["PORTAL_RUN_INDEX"], env_after["PORTAL_RUN_INDEX"]) == ("0", "1")
+        assert "PORTAL_RESUMED" not in env_before and env_after["PORTAL_RESUMED"] == "1"
+        assert env_before["PORTAL_CHECKPOINT_DIR"] == env_after["PORTAL_CHECKPOINT_DIR"] == "/portal/checkpoints"
+        paths_before, paths_after = volume_paths(before), volume_paths(after)
+        assert paths_before["/portal/checkpoints"] == paths_after["/portal/checkpoints"] == "checkpoints/42"
+        assert (paths_before[env_before["TENSORBOARD_LOG_DIR"]], paths_after[env_after["TENSORBOARD_LOG_DIR"]]) == (
+            "tensorboard/42/run-0", "tensorboard/42/run-1")  # one board folder per job, a sub-folder per run
+        assert (paths_before[env_before["PORTAL_OUTPUT_DIR"]], paths_after[env_after["PORTAL_OUTPUT_DIR"]]) == (
+            "42-0f3a9c1e/output", "42-77aa01bc/output")  # output stays per run
+
+
+def test_a_job_cannot_claim_to_be_resumed_or_move_its_checkpoints():
+    env = env_of(main_container(pod_specs(render(spec(env={"PORTAL_RESUMED": "1", "PORTAL_CHECKPOINT_DIR": "/x",
+                                                           "PORTAL_RUN_INDEX": "3", "HOME": "/tmp/me"})))["Master"]))
+    assert "PORTAL_RESUMED" not in env and env["PORTAL_CHECKPOINT_DIR"] == "/portal/checkpoints"
+    assert env["PORTAL_RUN_INDEX"] == "0" and env["HOME"] == "/tmp/me"  # HOME is the job's to choose
 
 
 def test_the_resolved_commit_wins_over_the_ref():
@@ -223,7 +253,7 @@ def test_a_long_name_is_shortened_so_pod_names_stay_dns_labels():
 def test_department_namespace_quota_volume_and_priority_classes_validate():
     manifests = department_manifests("vision", 32, DEMO) + priority_class_manifests([("high", 1000, False), ("low", 100, True)], DEMO)
     check_manifests(manifests)
-    namespace, quota, volume, high, low = manifests
+    namespace, quota, volume, _, high, low = manifests
     assert namespace["metadata"] == {"name": "portal-vision", "labels": {"portal/department": "vision", "app.kubernetes.io/managed-by": "gpu-portal"}}
     assert quota["spec"] == {"hard": {"requests.nvidia.com/gpu": "32"}}
     assert volume["metadata"]["name"] == "portal-jobs" and volume["spec"]["accessModes"] == ["ReadWriteMany"]
@@ -402,7 +432,7 @@ def test_render_manifests_renders_a_fractional_t4_job_and_the_department(k8s_wor
             "placement": [{"worker": 0, "node": "k8s-demo-t4-0", "gpus": [1], "gpu_fraction": 0.5}]}
     documents = list(yaml.safe_load_all(run_cli(tmp_path, body, "--with-department")))
     check_manifests(documents)
-    assert [d["kind"] for d in documents] == ["Namespace", "ResourceQuota", "PersistentVolumeClaim",
+    assert [d["kind"] for d in documents] == ["Namespace", "ResourceQuota", "PersistentVolumeClaim", "NetworkPolicy",
                                               "PriorityClass", "PriorityClass", "PriorityClass", "Job"]
     # vision may borrow without limit: the guard is both whole pools (32 V100 + 32 T4), not its 16 + 16 nominal
     assert documents[1]["spec"]["hard"] == {"requests.nvidia.com/gpu": "64"}
@@ -510,3 +540,55 @@ def test_the_gpu_guard_of_a_namespace_is_what_the_department_may_hold_not_its_no
     assert department_gpu_limit([(8, 4, 32), (2, None, 16)]) == 12 + 16
     assert department_gpu_limit([(30, 10, 32)]) == 32
     assert department_gpu_limit([]) == 0
+
+
+# ------------------------------------------------------------------------- the department's fence
+
+
+def test_a_departments_pods_reach_each_other_dns_and_the_outside_but_not_the_cluster_inside():
+    policy = next(m for m in department_manifests("vision", 8, DEMO) if m["kind"] == "NetworkPolicy")
+    assert manifest_problems(policy) == []
+    assert policy["metadata"]["namespace"] == "portal-vision" and policy["spec"]["podSelector"] == {}
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    same_namespace, dns, outside = policy["spec"]["egress"]
+    assert same_namespace == {"to": [{"podSelector": {}}]}
+    assert {"protocol": "UDP", "port": 53} in dns["ports"] and {"protocol": "TCP", "port": 53} in dns["ports"]
+    assert dns["to"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
+    (anywhere,) = outside["to"]
+    assert "ports" not in outside and anywhere["ipBlock"]["cidr"] == "0.0.0.0/0"
+    assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"} <= set(anywhere["ipBlock"]["except"])
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["from"] == [{"podSelector": {}},  # nothing else of the cluster: not another department
+                               {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gpu-portal"}}}]
+
+
+def test_the_fence_follows_the_clusters_networks_and_the_portals_namespace():
+    cluster = ClusterSettings.from_cluster("k8s", {"internal_cidrs": ["10.244.0.0/16", "fd00::/8"],
+                                                   "portal_namespace": "portal-system",
+                                                   "ingress_namespaces": ["knative-serving"]})
+    policy = next(m for m in department_manifests("nlp", 0, cluster) if m["kind"] == "NetworkPolicy")
+    assert manifest_problems(policy) == []
+    assert policy["spec"]["egress"][2]["to"] == [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]}},
+                                                 {"ipBlock": {"cidr": "::/0", "except": ["fd00::/8"]}}]
+    assert [peer.get("namespaceSelector", {}).get("matchLabels") for peer in policy["spec"]["ingress"][0]["from"]] == [
+        None, {"kubernetes.io/metadata.name": "portal-system"}, {"kubernetes.io/metadata.name": "knative-serving"}]
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"internal_cidrs": ["10.0.0.1/8"]}, "'10.0.0.1/8' is not a network"),
+    ({"internal_cidrs": ["0.0.0.0/0"]}, "is every address"),
+    ({"internal_cidrs": "10.0.0.0/8"}, "setting internal_cidrs must be a list"),
+    ({"portal_namespace": "Gpu Portal"}, "must name namespaces"),
+])
+def test_a_fence_that_would_not_hold_is_refused_by_name(values, message):
+    with pytest.raises(ManifestError, match=message):
+        ClusterSettings.from_cluster("k8s", values)
+
+
+def test_the_validator_refuses_what_the_api_server_refuses_in_a_network_policy():
+    policy = next(m for m in department_manifests("vision", 8, DEMO) if m["kind"] == "NetworkPolicy")
+    policy["spec"]["egress"][2]["to"][0]["ipBlock"]["except"].append("fd00::/8")
+    policy["spec"]["egress"][2]["to"].append({"ipBlock": {"cidr": "300.0.0.0/8"}})
+    problems = manifest_problems(policy)
+    assert any("except[5]: 'fd00::/8' must be strictly within '0.0.0.0/0'" in p for p in problems)
+    assert any("'300.0.0.0/8' is not a CIDR" in p for p in problems)

@@ -64,6 +64,7 @@ RESOURCES: dict[tuple[str, str, str], tuple[str, bool]] = {
     ("apps", "v1", "statefulsets"): ("StatefulSet", True),
     ("batch", "v1", "jobs"): ("Job", True),
     ("networking.k8s.io", "v1", "ingresses"): ("Ingress", True),
+    ("networking.k8s.io", "v1", "networkpolicies"): ("NetworkPolicy", True),
     ("scheduling.k8s.io", "v1", "priorityclasses"): ("PriorityClass", False),
     ("kubeflow.org", "v1", "pytorchjobs"): ("PyTorchJob", True),
     ("kubeflow.org", "v1", "tfjobs"): ("TFJob", True),
