@@ -24,8 +24,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from config.errors import InvalidInput
+from config.errors import Conflict, InvalidInput
 from quotas import permissions, selectors, services
+from quotas import storage as storage_services
 from quotas.models import Membership, PriorityClass, Storage
 
 ROLES = [(Membership.Role.MEMBER, gettext_lazy("Member")), (Membership.Role.DEPT_ADMIN, gettext_lazy("Department admin"))]
@@ -267,7 +268,8 @@ class StorageForm(forms.Form):
     kind = forms.ChoiceField(label=gettext_lazy("Kind"), choices=[
         (Storage.Kind.LOCAL, gettext_lazy("Local path")), (Storage.Kind.PVC, gettext_lazy("PersistentVolumeClaim"))])
     local_path = forms.CharField(label=gettext_lazy("Local path"), max_length=500, required=False,
-                                 help_text=gettext_lazy("For local storage: an absolute directory path on the cluster's hosts."))
+                                 help_text=gettext_lazy("For local storage: an existing directory on the cluster's hosts, "
+                                                           "outside the portal's own and the system's directories."))
     pvc_name = forms.CharField(label=gettext_lazy("Claim name"), max_length=253, required=False,
                                help_text=gettext_lazy("For Kubernetes: the PersistentVolumeClaim in the department's namespace."))
     description = forms.CharField(label=gettext_lazy("Description"), max_length=200, required=False)
@@ -285,7 +287,7 @@ def storage(request, slug):
     form = StorageCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            created = services.storage_create(actor=request.user, department=department, **form.cleaned_data)
+            created = storage_services.storage_create(actor=request.user, department=department, **form.cleaned_data)
         except InvalidInput as exc:
             _show_errors(form, exc)
         else:
@@ -304,7 +306,7 @@ def storage_edit(request, slug, storage_id):
         "kind": volume.kind, "local_path": volume.local_path, "pvc_name": volume.pvc_name, "description": volume.description})
     if request.method == "POST" and form.is_valid():
         try:
-            services.storage_update(actor=request.user, storage=volume, **form.cleaned_data)
+            storage_services.storage_update(actor=request.user, storage=volume, values=form.cleaned_data)
         except InvalidInput as exc:
             _show_errors(form, exc)
         else:
@@ -322,15 +324,15 @@ def storage_delete(request, slug, storage_id):
     error = ""
     if request.method == "POST":
         try:
-            services.storage_delete(actor=request.user, storage=volume)
-        except InvalidInput as exc:
-            error = " ".join(str(p) for problems in exc.errors.values() for p in problems)
+            storage_services.storage_delete(actor=request.user, storage=volume)
+        except Conflict as exc:
+            error = str(exc)
         else:
             messages.success(request, _("Storage %(name)s deleted.") % {"name": volume.name})
             return redirect("console:storage", slug=department.slug)
     return render(request, "frontend/console/storage_delete.html", {
         "department": department, "section": "storage", "volume": volume, "error": error,
-    }, status=400 if error else 200)
+    }, status=409 if error else 200)
 
 
 # --- Usage report -------------------------------------------------------------------

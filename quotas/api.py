@@ -262,19 +262,6 @@ class ImageListApi(generics.ListAPIView):
         return selectors.images_for(user=self.request.user)
 
 
-class StorageListApi(generics.ListAPIView):
-    class StorageOutputSerializer(serializers.Serializer):
-        name = serializers.CharField()
-        department = serializers.CharField(source="department.slug")
-        kind = serializers.CharField()
-        description = serializers.CharField()
-
-    serializer_class = StorageOutputSerializer
-
-    def get_queryset(self):
-        return selectors.storages_for(user=self.request.user)
-
-
 class AuditListApi(generics.ListAPIView):
     class AuditEventOutputSerializer(serializers.Serializer):
         at = serializers.DateTimeField()

@@ -1,10 +1,9 @@
-"""Writes to tenancy and capacity: quotas, members, priority classes, storage, the audit trail,
-and admission (the scheduling cycle)."""
+"""Writes to tenancy and capacity: quotas, members, priority classes, the audit trail,
+and admission (the scheduling cycle). Storage volumes: quotas.storage."""
 
 from __future__ import annotations
 
 import math
-import re
 import secrets
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -22,7 +21,7 @@ from jobs import lifecycle, live
 from jobs.models import Job
 from jobs.transitions import job_transition
 from quotas import permissions
-from quotas.models import AuditEvent, Department, GpuPool, Membership, PriorityClass, Quota, Storage
+from quotas.models import AuditEvent, Department, GpuPool, Membership, PriorityClass, Quota
 from quotas.scheduler import (
     Admission, Decisions, PendingJob, PoolState, Preemption, QuotaState, RunningJob, Slot, Snapshot, schedule,
 )
@@ -225,79 +224,6 @@ def _priority_class_save(*, actor, priority: PriorityClass, value: int, preempti
 
 def _priority_dict(priority: PriorityClass) -> dict:
     return {"value": priority.value, "preemptible": priority.preemptible, "description": priority.description}
-
-
-def storage_create(*, actor, department: Department, name: str, kind: str, local_path: str = "", pvc_name: str = "",
-                   description: str = "") -> Storage:
-    _require_manager(actor, department)
-    storage = Storage(department=department, name=name)
-    with transaction.atomic():
-        _storage_apply(storage, kind=kind, local_path=local_path, pvc_name=pvc_name, description=description)
-        audit_record(actor=actor, action="storage.create", target=name, department=department, data=_storage_dict(storage))
-    return storage
-
-
-def storage_update(*, actor, storage: Storage, kind: str, local_path: str = "", pvc_name: str = "",
-                   description: str = "") -> Storage:
-    """Change where a volume points. Its name stays: jobs mount storage by name."""
-    _require_manager(actor, storage.department)
-    with transaction.atomic():
-        before = _storage_dict(storage)
-        _storage_apply(storage, kind=kind, local_path=local_path, pvc_name=pvc_name, description=description)
-        audit_record(actor=actor, action="storage.update", target=storage.name, department=storage.department,
-                     data={"before": before, "after": _storage_dict(storage)})
-    return storage
-
-
-def storage_delete(*, actor, storage: Storage) -> None:
-    """Delete a volume that no unfinished job mounts."""
-    _require_manager(actor, storage.department)
-    with transaction.atomic():
-        users = [
-            job_id for job_id, mounts in Job.objects.filter(department=storage.department)
-            .exclude(status__in=lifecycle.FINAL).values_list("pk", "mounts")
-            if any(mount.get("storage") == storage.name for mount in mounts)
-        ]
-        if users:
-            raise InvalidInput(_("Jobs %(jobs)s mount %(name)s and have not finished; delete it when they have.")
-                               % {"jobs": ", ".join(map(str, sorted(users))), "name": storage.name})
-        data = _storage_dict(storage)
-        storage.delete()
-        audit_record(actor=actor, action="storage.delete", target=data["name"], department=storage.department, data=data)
-
-
-def _storage_apply(storage: Storage, *, kind: str, local_path: str, pvc_name: str, description: str) -> None:
-    """Validate and save; a volume keeps only the location its kind uses."""
-    local_path, pvc_name = local_path.strip(), pvc_name.strip()
-    errors: dict[str, list[str]] = {}
-    if kind == Storage.Kind.LOCAL:
-        pvc_name = ""
-        if not local_path:
-            errors["local_path"] = [_("Local storage needs the absolute path of a directory on the cluster's hosts.")]
-        elif not local_path.startswith("/") or ".." in local_path.split("/") or "\x00" in local_path:
-            errors["local_path"] = [_("Give an absolute path without '..', e.g. /data/vision.")]
-    elif kind == Storage.Kind.PVC:
-        local_path = ""
-        if not _DNS_SUBDOMAIN.fullmatch(pvc_name):
-            errors["pvc_name"] = [_("Give the PersistentVolumeClaim's name: lower-case letters, digits, '-' and '.'.")]
-    storage.kind, storage.local_path, storage.pvc_name, storage.description = kind, local_path, pvc_name, description
-    try:
-        # The model's "has a location" constraint would repeat what is already said above.
-        storage.full_clean(validate_constraints=not errors)
-    except ValidationError as exc:
-        for field, messages in exc.message_dict.items():
-            errors.setdefault("non_field_errors" if field == NON_FIELD_ERRORS else field, []).extend(messages)
-    if errors:
-        raise InvalidInput(errors)
-    storage.save()
-
-
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def _storage_dict(storage: Storage) -> dict:
-    return {"name": storage.name, "kind": storage.kind, "local_path": storage.local_path, "pvc_name": storage.pvc_name,
-            "description": storage.description}
 
 
 def _full_clean(instance) -> None:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from quotas import api
+from quotas import api, storage_api
 
 urlpatterns = [
     path("auth/token/", api.TokenApi.as_view(), name="api-token"),
@@ -12,7 +12,8 @@ urlpatterns = [
     path("priority-classes/", api.PriorityClassListApi.as_view(), name="api-priority-classes"),
     path("clusters/", api.ClusterListApi.as_view(), name="api-clusters"),
     path("images/", api.ImageListApi.as_view(), name="api-images"),
-    path("storage/", api.StorageListApi.as_view(), name="api-storage"),
+    path("storage/", storage_api.StorageListApi.as_view(), name="api-storage"),
+    path("storage/<int:storage_id>/", storage_api.StorageDetailApi.as_view(), name="api-storage-detail"),
     path("audit/", api.AuditListApi.as_view(), name="api-audit"),
     path("usage/", api.UsageApi.as_view(), name="api-usage"),
     path("tokens/", api.ApiTokenListApi.as_view(), name="api-tokens"),

@@ -34,7 +34,10 @@ POLICY = {
     ("POST", "/api/v1/tokens/"): "self",
     # The fixture build was asked for by carol; its requester or a department admin may cancel it.
     ("POST", "/api/v1/image-builds/{build_id}/cancel/"): "manage",
-    # Webhooks are read by the department's members and changed by its admins.
+    # Storage and webhooks are read by the department's members and changed by its admins.
+    ("POST", "/api/v1/storage/"): "manage",
+    ("PATCH", "/api/v1/storage/{storage_id}/"): "manage",
+    ("DELETE", "/api/v1/storage/{storage_id}/"): "manage",
     ("POST", "/api/v1/webhooks/"): "manage",
     ("PATCH", "/api/v1/webhooks/{webhook_id}/"): "manage",
     ("DELETE", "/api/v1/webhooks/{webhook_id}/"): "manage",
