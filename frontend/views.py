@@ -22,6 +22,7 @@ from jobs import lifecycle, selectors, services
 from jobs.models import Job
 from quotas import permissions
 from quotas import selectors as quota_selectors
+from quotas.clusters import cluster_warnings, clusters_unisolated
 
 JOBS_PER_PAGE = 25
 RECENT_JOBS = 10
@@ -116,7 +117,8 @@ def job_new(request):
     else:
         source = _visible_job(request, _int_or_404(request.GET["clone"])) if request.GET.get("clone") else None
         form = JobForm(user=user, initial=JobForm.initial_from_job(source) if source else None)
-    context = {"form": form, "source": source, "has_departments": bool(form.fields["department"].choices)}
+    context = {"form": form, "source": source, "has_departments": bool(form.fields["department"].choices),
+               "unisolated_clusters": clusters_unisolated(names=[name for name, _label in form.fields["cluster"].choices])}
     return render(request, "frontend/job_new.html", context)
 
 
@@ -185,7 +187,7 @@ def cluster_detail(request, name: str):
     gpu_map = selectors.gpu_map(user=request.user, cluster=cluster)
     pools = [(pool, allocated.get(pool.pk, 0), gpu_map[pool.pk]) for pool in cluster.pools.all()]
     context = {
-        "cluster": cluster, "pools": pools,
+        "cluster": cluster, "pools": pools, "containment_warnings": cluster_warnings(cluster=cluster),
         "live_departments": [d.slug for d in quota_selectors.departments_usable(user=request.user)],
     }
     return _render_live(request, "frontend/cluster_detail.html", "frontend/partials/cluster_live.html", context)

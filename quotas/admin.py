@@ -1,5 +1,9 @@
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 
+from config.errors import InvalidInput
+from quotas.clusters import cluster_check, cluster_save, quota_isolation_refusal
 from quotas.models import AuditEvent, Cluster, Department, FrameworkImage, GpuPool, Membership, PriorityClass, Quota, Storage
 
 
@@ -9,8 +13,26 @@ class MembershipInline(admin.TabularInline):
     autocomplete_fields = ["user"]
 
 
+class QuotaForm(forms.ModelForm):
+    class Meta:
+        model = Quota
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        pool = cleaned.get("pool")
+        if pool is not None:
+            # A department being added has no row yet: every quota already on the cluster is another's.
+            department = getattr(self.instance, "department", None) or Department()
+            refusal = quota_isolation_refusal(pool=pool, department=department)
+            if refusal:
+                raise ValidationError({"pool": refusal})
+        return cleaned
+
+
 class QuotaInline(admin.TabularInline):
     model = Quota
+    form = QuotaForm
     extra = 0
 
 
@@ -26,10 +48,31 @@ class GpuPoolInline(admin.TabularInline):
     extra = 0
 
 
+class ClusterForm(forms.ModelForm):
+    class Meta:
+        model = Cluster
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        if {"name", "backend", "settings"} <= set(cleaned):
+            probe = Cluster(pk=self.instance.pk, name=cleaned["name"], backend=cleaned["backend"],
+                            settings=cleaned["settings"])
+            try:
+                cluster_check(cluster=probe)
+            except InvalidInput as exc:
+                raise ValidationError(exc.errors) from exc
+        return cleaned
+
+
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
+    form = ClusterForm
     list_display = ["name", "backend"]
     inlines = [GpuPoolInline]
+
+    def save_model(self, request, obj, form, change):
+        cluster_save(actor=request.user, cluster=obj)
 
 
 @admin.register(PriorityClass)

@@ -1,5 +1,5 @@
-"""The demo world that `make run` loads: two departments, four users, a local cluster, and on request a
-Kubernetes cluster (`k8s-demo`) to render manifests for.
+"""The demo world that `make run` loads: two departments, four users, a local cluster both departments share
+(so its jobs run sandboxed), and on request a Kubernetes cluster (`k8s-demo`) to render manifests for.
 
 Idempotent: running it again adds what is missing and changes nothing an
 admin has since edited (quotas, passwords), except that an explicit
@@ -17,6 +17,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from quotas.clusters import cluster_save
 from quotas.inventory import DetectedPool
 from quotas.models import Cluster, Department, FrameworkImage, GpuPool, Membership, PriorityClass, Quota, Storage
 
@@ -31,6 +32,9 @@ USERS = [
 # Preemptible work may borrow idle GPUs beyond its department's quota (and is reclaimed when the
 # owner needs them); "high" never is, so it runs only within quota.
 PRIORITIES = [("high", 1000, False), ("normal", 500, True), ("low", 100, True)]
+# Two departments share this host, so their jobs run sandboxed (the default, said here so that the admin
+# shows it); setup is limited as on any cluster.
+LOCAL_SETTINGS = {"allow_local_code": True, "grace_seconds": 30, "isolation": "sandbox", "setup_timeout_seconds": 1800}
 # A Kubernetes cluster the demo cannot reach but can render manifests for (manage.py render_manifests):
 # pools as (GPU type, nodes, GPUs per node, GPU memory GB, shareable); each department gets half of each.
 K8S_DEMO = "k8s-demo"
@@ -100,10 +104,7 @@ def demo_load(
                 Membership.objects.get_or_create(user=user, department=departments[dept], defaults={"role": role})
             summary.append((username, f"{role.label} of {dept}" if dept else "platform admin"))
 
-        cluster, _ = Cluster.objects.get_or_create(
-            name="local",
-            defaults={"backend": Cluster.Backend.LOCAL, "settings": {"allow_local_code": True, "grace_seconds": 30}},
-        )
+        cluster = _cluster_ensure(name="local", backend=Cluster.Backend.LOCAL, settings=LOCAL_SETTINGS)
         for detected in pools:
             pool, created = GpuPool.objects.get_or_create(
                 cluster=cluster,
@@ -143,9 +144,7 @@ def demo_load(
 
 
 def _load_k8s_demo(departments: dict[str, Department]) -> None:
-    k8s, _ = Cluster.objects.get_or_create(
-        name=K8S_DEMO, defaults={"backend": Cluster.Backend.KUBERNETES, "settings": K8S_DEMO_SETTINGS},
-    )
+    k8s = _cluster_ensure(name=K8S_DEMO, backend=Cluster.Backend.KUBERNETES, settings=K8S_DEMO_SETTINGS)
     for gpu_type, nodes, per_node, memory, shareable in K8S_DEMO_POOLS:
         pool, created = GpuPool.objects.get_or_create(
             cluster=k8s, gpu_type=gpu_type,
@@ -157,6 +156,16 @@ def _load_k8s_demo(departments: dict[str, Department]) -> None:
                     department=department, pool=pool,
                     defaults={"nominal": pool.total // len(departments), "borrowing_limit": None},
                 )
+
+
+def _cluster_ensure(*, name: str, backend: str, settings: dict) -> Cluster:
+    """The demo cluster with any of ``settings`` it lacks added; what an admin set stays."""
+    cluster = Cluster.objects.filter(name=name).first() or Cluster(name=name, backend=backend)
+    merged = {**settings, **cluster.settings}
+    if cluster.pk is None or merged != cluster.settings:
+        cluster.settings = merged
+        cluster_save(actor=None, cluster=cluster)
+    return cluster
 
 
 def publish_example_repo(*, source: Path, target: Path) -> str:

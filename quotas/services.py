@@ -21,10 +21,12 @@ from jobs import lifecycle, live
 from jobs.models import Job
 from jobs.transitions import job_transition
 from quotas import permissions
+from quotas.clusters import quota_isolation_refusal, setup_timeout_seconds
 from quotas.models import AuditEvent, Department, GpuPool, Membership, PriorityClass, Quota
 from quotas.scheduler import (
     Admission, Decisions, PendingJob, PoolState, Preemption, QuotaState, RunningJob, Slot, Snapshot, schedule,
 )
+from quotas.scheduler.eta import expected_end
 
 
 def audit_record(*, actor, action: str, target: str, department: Department | None = None, data: dict | None = None) -> AuditEvent:
@@ -55,6 +57,10 @@ def _check_quotas(*, department: Department, quotas: list[dict], lock: bool) -> 
             item_errors[index]["gpu_type"] = [f"{item['cluster']}/{item['gpu_type']} is listed twice; give one quota per pool."]
             continue
         seen.add(key)
+        refusal = quota_isolation_refusal(pool=pools[key], department=department)
+        if refusal:
+            item_errors[index]["cluster"] = [refusal]
+            continue
         if item.get("lending_limit") is not None and item["lending_limit"] > item["nominal"]:
             item_errors[index]["lending_limit"] = [
                 f"Cannot lend {item['lending_limit']} GPUs out of a nominal quota of {item['nominal']}."
@@ -345,7 +351,10 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
         running.append(RunningJob(
             job_id=job.pk, pool_id=job.pool_id, department=job.department.slug, priority=job.priority.value,
             preemptible=job.priority.preemptible, gpus=job.gpus, slots=slots, started_at=started,
-            deadline=started + job.max_runtime_seconds if job.max_runtime_seconds else None,
+            deadline=expected_end(
+                admitted_at=started, running_since=job.started_at.timestamp() if job.started_at else None,
+                max_runtime=job.max_runtime_seconds, setup_seconds=setup_timeout_seconds(pools[job.pool_id].cluster),
+            ),
             terminating=bool(job.cancel_requested_at or job.preempt_requested_at),
             attained=job.gpu_seconds,  # earlier runs; this one counts from started_at
             checkpoint_every=float(pools[job.pool_id].cluster.settings.get("checkpoint_seconds", 0)) or None,

@@ -6,8 +6,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from quotas.clusters import cluster_warnings
 from quotas.demo import demo_load, publish_example_repo
 from quotas.inventory import detect_local_gpus
+from quotas.models import Cluster
 from quotas.tokens import token_create
 
 
@@ -33,6 +35,9 @@ class Command(BaseCommand):
             out.write(f"  GPUs:      {pool.gpus} x {pool.gpu_type} ({kind}) in cluster 'local'")
         out.write("  Cluster 'k8s-demo' (kubernetes, no cluster behind it): render its manifests with "
                   "`python manage.py render_manifests --spec SPEC.json`")
+        for cluster in Cluster.objects.filter(backend=Cluster.Backend.LOCAL):
+            for warning in cluster_warnings(cluster=cluster):
+                out.write(self.style.WARNING(f"  WARNING: {warning}"))
         out.write(f"  Demo logins (password: {result.password}  from {result.password_source}):")
         for username, what in result.users:
             out.write(f"    {username:<6} {what}")
