@@ -48,6 +48,7 @@ def _settings_from_env():
         "tensorboard_idle_seconds": env.int("PORTAL_TENSORBOARD_IDLE_SECONDS", 1800, minimum=60, maximum=7 * 86400),
         "artifact_root": _absolute(Path(env.str("PORTAL_ARTIFACT_ROOT", str(data_root / "artifacts")))),
         "artifact_import_dirs": [_absolute(Path(p)) for p in env.list("PORTAL_ARTIFACT_IMPORT_DIRS", [])],
+        "artifact_max_bytes": env.int("PORTAL_ARTIFACT_MAX_BYTES", 20 * 1024**3, minimum=1),
         "webhook_allow_private": env.bool("PORTAL_WEBHOOK_ALLOW_PRIVATE", False),
         "metrics_token": env.str("PORTAL_METRICS_TOKEN"),
         "metrics_allow": _networks("PORTAL_METRICS_ALLOW", env.list("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])),
@@ -90,6 +91,8 @@ PORTAL_TENSORBOARD_IDLE_SECONDS = _s["tensorboard_idle_seconds"]
 PORTAL_ARTIFACT_ROOT = _s["artifact_root"]
 # Folders from which a version may be registered by a file:// URI (copied into the store); none by default.
 PORTAL_ARTIFACT_IMPORT_DIRS = _s["artifact_import_dirs"]
+# The most bytes one registered artifact may hold (counted while copying); default 20 GiB.
+PORTAL_ARTIFACT_MAX_BYTES = _s["artifact_max_bytes"]
 # Webhooks may call loopback, private and link-local addresses (SSRF guard off): for receivers inside the network.
 PORTAL_WEBHOOK_ALLOW_PRIVATE = _s["webhook_allow_private"]
 # /metrics (config/metrics/): a Bearer token, and networks that may scrape without one.

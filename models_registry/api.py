@@ -148,7 +148,11 @@ class VersionOutputSerializer(serializers.Serializer):
     version = serializers.IntegerField()
     framework = serializers.CharField()
     artifact_uri = serializers.CharField()
-    artifact_sha256 = serializers.CharField()
+    artifact_sha256 = serializers.CharField(help_text="empty until the version is ready")
+    status = serializers.ChoiceField(choices=ModelVersion.Status.choices,
+                                     help_text="registering (the artifact is being copied from the job), ready, or "
+                                               "failed; only a ready version can get aliases or be deployed")
+    status_message = serializers.CharField(help_text="why it failed (empty otherwise)")
     source_job = serializers.IntegerField(source="source_job_id", allow_null=True)
     lineage = LineageSerializer()
     metrics = serializers.DictField(child=serializers.FloatField())

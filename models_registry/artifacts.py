@@ -4,7 +4,8 @@ A version's ``artifact_uri`` is always ``store://<model>/<version>/<name>``: ``<
 ``model.joblib``) or folder that was registered, kept under ``settings.PORTAL_ARTIFACT_ROOT`` (default
 ``$PORTAL_DATA_ROOT/artifacts``). The URI, not an absolute path, is stored so that the store can move (a
 new data root, another mount point) without rewriting rows. Model servers load only what
-``artifact_path(version)`` returns, never a path a user typed.
+``artifact_path(version)`` returns, never a path a user typed, and only once the version is ready.
+Copies take regular files only, never following a link (models_registry/artifact_copy.py).
 
 No database access here: these helpers copy, hash and resolve paths.
 """
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from django.conf import settings
+
+from models_registry.artifact_copy import CopyRefused, copy_artifact
 
 SCHEME = "store://"
 
@@ -49,7 +52,13 @@ def path_of_uri(uri: str) -> Path:
 
 
 def artifact_path(version) -> Path:
-    """The local file (or folder) of a ModelVersion's artifact in the store, for model servers to load."""
+    """The local file (or folder) of a ModelVersion's artifact in the store, for model servers to load.
+
+    Refused while the version is still being copied, or when its copy failed: there is nothing to load.
+    """
+    if version.status != "ready":
+        raise ArtifactError(f"Version {version.version} of {version.model.name} is {version.status}, not ready: "
+                            "its artifact cannot be used" + (f" ({version.status_message})" if version.status_message else "") + ".")
     return path_of_uri(version.artifact_uri)
 
 
@@ -109,24 +118,41 @@ class Staged:
         return self.path.name
 
 
-def stage(source: Path) -> Staged:
-    """Copy a file or folder (links followed) into the store's staging area and hash the copy.
+def stage(base: Path, relative: str, *, before_open=None) -> Staged:
+    """Copy ``base/relative`` (a file or folder) into the store's staging area and hash the copy.
 
-    Done before the version number is taken, so the copy (possibly large) happens outside any lock.
+    Regular files and folders only, no link followed, within ``settings.PORTAL_ARTIFACT_MAX_BYTES``
+    (models_registry/artifact_copy.py). Done before the copy gets its final place, outside any lock.
+    ``before_open``: the copier's test seam.
     """
     staging = store_root() / ".staging"
     staging.mkdir(parents=True, exist_ok=True)
     holder = Path(tempfile.mkdtemp(dir=staging))
-    staged = holder / source.name
+    staged = holder / PurePosixPath(relative).name
     try:
-        if source.is_dir():
-            shutil.copytree(source, staged, symlinks=False)
-        else:
-            shutil.copy2(source, staged)
+        copy_artifact(base, relative, staged, max_bytes=settings.PORTAL_ARTIFACT_MAX_BYTES, before_open=before_open)
+    except CopyRefused as exc:
+        shutil.rmtree(holder, ignore_errors=True)
+        raise ArtifactError(str(exc)) from exc
     except OSError as exc:
         shutil.rmtree(holder, ignore_errors=True)
-        raise ArtifactError(f"{source.name!r} could not be copied into the artifact store: {exc.strerror or exc}.") from exc
+        raise ArtifactError(f"{relative!r} could not be copied into the artifact store: {exc.strerror or exc}.") from exc
     return Staged(path=staged, sha256=sha256_of(staged))
+
+
+def readable_copies(folders: list[Path], scratch: Path) -> list[Path]:
+    """Safe copies of folders a job wrote (e.g. its TensorBoard event files) under ``scratch``, to be read
+    there: a folder holding a link, a FIFO or a hard link is left out rather than read through."""
+    copies = []
+    for index, folder in enumerate(folders):
+        copy = scratch / str(index)
+        try:
+            copy_artifact(folder.parent, folder.name, copy, max_bytes=settings.PORTAL_ARTIFACT_MAX_BYTES)
+        except (CopyRefused, OSError):
+            shutil.rmtree(copy, ignore_errors=True)
+            continue
+        copies.append(copy)
+    return copies
 
 
 def place(staged: Staged, *, model_name: str, version: int) -> str:

@@ -25,6 +25,7 @@ from config.errors import Conflict, InvalidInput
 from models_registry import traffic
 from models_registry.models import Deployment, ModelVersion, RegisteredModel, Variant, VariantStats
 from models_registry.servers import READY, server_model_name, server_view
+from models_registry.services import version_require_ready
 from quotas import permissions
 from quotas.models import Cluster, Department, Quota
 from quotas.services import audit_record
@@ -359,6 +360,8 @@ def _resolve_variants(model: RegisteredModel, variants: list[dict], *, validate:
     missing = sorted(str(n) for n in numbers if n not in versions)
     if missing:
         raise InvalidInput({"variants": [f"Model {model.name!r} has no version {', '.join(missing)}."]})
+    for number in sorted(n for n in numbers if isinstance(n, int)):
+        version_require_ready(versions[number])  # a version still registering (or failed) has nothing to serve
     return [{**_public(v), "version_row": versions[v["version"]]} for v in variants]
 
 

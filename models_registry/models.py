@@ -28,12 +28,23 @@ class RegisteredModel(models.Model):
 
 
 class ModelVersion(models.Model):
+    class Status(models.TextChoices):
+        # Registered from a job: the copy out of the job's output folder runs in a task
+        # (models_registry.tasks.copy_version_artifact); nothing may use the version before it is ready.
+        REGISTERING = "registering"
+        READY = "ready"
+        FAILED = "failed"  # the copy was refused or failed; status_message says why
+
     model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="versions")
     version = models.PositiveIntegerField()  # 1, 2, ... per model
     framework = models.CharField(max_length=20, default="sklearn")
     # Where the portal's artifact store keeps it (a copy: deleting the job's files loses nothing).
     artifact_uri = models.CharField(max_length=500)
     artifact_sha256 = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.READY)
+    status_message = models.TextField(blank=True)
+    # The artifact_path given at registration, relative to the source job's output folder: what the task copies.
+    source_path = models.CharField(max_length=1000, blank=True)
     source_job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="model_versions")
     # job, code_url, commit, image, command, requirements: recorded at registration, kept if the job goes
     lineage = models.JSONField(default=dict, blank=True)

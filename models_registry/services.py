@@ -4,7 +4,8 @@
 - A version is registered from a succeeded job's output folder (``source_job`` + ``artifact_path``) or from
   an ``artifact_uri`` (``store://`` of a model the caller may see, or ``file://`` inside
   ``settings.PORTAL_ARTIFACT_IMPORT_DIRS``). Either way the artifact is COPIED into the portal's store
-  (models_registry/artifacts.py) before the version exists, so deleting the source loses nothing.
+  (models_registry/artifacts.py), so deleting the source loses nothing. From a job the copy runs in a task:
+  the version is ``registering`` until it is ``ready`` (or ``failed``, with why), and nothing uses it before.
 - Versions are numbered 1, 2, ... per model under a lock on the model row (and a retry on the unique
   constraint, for databases whose row locks are no-ops).
 - From a job, lineage (job, code, commit, image, command, requirements) and metrics (the last value of each
@@ -17,14 +18,16 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
+import tempfile
+from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from config.errors import InvalidInput
+from config.celery import app as celery_app
+from config.errors import Conflict, InvalidInput
 from jobs import lifecycle
 from jobs import selectors as job_selectors
 from jobs.executors.base import ExecutorError
@@ -82,29 +85,42 @@ def version_register(
     metrics: dict | None = None,
     tags: dict | None = None,
 ) -> ModelVersion:
-    """Copy the artifact into the store and create the model's next version."""
+    """Create the model's next version.
+
+    From a job: the version is ``registering`` and the copy out of the job's output folder runs in a task
+    (``version_artifact_copy``), because that folder is the job's and may be large or hostile. From an
+    ``artifact_uri`` (the portal's store, or an import folder the platform admins chose): copied here, ready.
+    """
     errors: dict[str, list[str]] = {}
     _check_common(errors, framework=framework, metrics=metrics or {}, tags=tags or {})
     source, job = _source(errors, user=user, model=model, source_job=source_job, artifact_path=artifact_path,
                           artifact_uri=artifact_uri)
     if errors:
         raise InvalidInput(errors)
+    if job is not None:
+        version = _create_numbered(
+            user=user, model=model, name=PurePosixPath(artifact_path).name, staged=None,
+            status=ModelVersion.Status.REGISTERING, source_path=artifact_path, framework=framework, source_job=job,
+            lineage=_lineage_of(job), metrics=dict(metrics or {}), tags=dict(tags or {}),
+        )
+        transaction.on_commit(lambda: celery_app.send_task("models_registry.tasks.copy_version_artifact",
+                                                           args=[version.pk]))
+        return version
     try:
-        staged = artifacts.stage(source)
+        staged = artifacts.stage(source.parent, source.name)
     except artifacts.ArtifactError as exc:
-        raise InvalidInput({"artifact_path" if job else "artifact_uri": [str(exc)]}) from exc
-    lineage = _lineage_of(job) if job else {"source_uri": artifact_uri}
-    captured = _job_metrics(job) if job else {}
+        raise InvalidInput({"artifact_uri": [str(exc)]}) from exc
     try:
         return _create_numbered(
-            user=user, model=model, staged=staged, framework=framework, source_job=job, lineage=lineage,
-            metrics={**captured, **(metrics or {})}, tags=dict(tags or {}),
+            user=user, model=model, name=staged.name, staged=staged, status=ModelVersion.Status.READY,
+            framework=framework, source_job=None, lineage={"source_uri": artifact_uri}, metrics=dict(metrics or {}),
+            tags=dict(tags or {}),
         )
     finally:
         artifacts.discard(staged)
 
 
-def _create_numbered(*, user, model: RegisteredModel, staged: artifacts.Staged, **fields) -> ModelVersion:
+def _create_numbered(*, user, model: RegisteredModel, name: str, staged: artifacts.Staged | None, **fields) -> ModelVersion:
     for _attempt in range(NUMBERING_ATTEMPTS):
         try:
             with transaction.atomic():
@@ -112,17 +128,70 @@ def _create_numbered(*, user, model: RegisteredModel, staged: artifacts.Staged, 
                 RegisteredModel.objects.select_for_update().filter(pk=model.pk).first()
                 number = (ModelVersion.objects.filter(model=model).aggregate(top=Max("version"))["top"] or 0) + 1
                 version = ModelVersion.objects.create(
-                    model=model, version=number, artifact_uri=artifacts.store_uri(model.name, number, staged.name),
-                    artifact_sha256=staged.sha256, created_by=user, **fields,
+                    model=model, version=number, artifact_uri=artifacts.store_uri(model.name, number, name),
+                    artifact_sha256=staged.sha256 if staged else "", created_by=user, **fields,
                 )
-                artifacts.place(staged, model_name=model.name, version=number)
                 audit_record(actor=user, action="model.version.register", target=str(version),
                              department=model.department, data={"artifact_uri": version.artifact_uri})
-                webhook_events.version_registered(version=version)
+                if staged is not None:
+                    artifacts.place(staged, model_name=model.name, version=number)
+                    webhook_events.version_registered(version=version)
             return version
         except IntegrityError:
             continue
     raise InvalidInput(f"Too many registrations of {model.name} at once; try again.")
+
+
+def version_artifact_copy(*, version_id: int) -> None:
+    """Copy a ``registering`` version's artifact out of its job's output folder: ``ready``, or ``failed`` with why.
+
+    Nothing checked at registration is trusted here: the folder is the job's, and jobs of its department
+    may still change it. The copy takes regular files only (models_registry/artifact_copy.py).
+    """
+    version = ModelVersion.objects.select_related("model", "source_job__cluster").filter(
+        pk=version_id, status=ModelVersion.Status.REGISTERING).first()
+    if version is None:
+        return  # done by an earlier delivery of this task, or deleted
+    job = version.source_job
+    errors: dict[str, list[str]] = {}
+    output = _output_dir(errors, job) if job is not None else None
+    if output is None:
+        _version_fail(version, " ".join(errors.get("source_job", [])) or "Its source job was deleted before the copy.")
+        return
+    try:
+        staged = artifacts.stage(output, version.source_path)
+    except artifacts.ArtifactError as exc:
+        _version_fail(version, str(exc))
+        return
+    try:
+        captured = _job_metrics(job)
+        with transaction.atomic():
+            locked = ModelVersion.objects.select_for_update().filter(
+                pk=version.pk, status=ModelVersion.Status.REGISTERING).first()
+            if locked is None:
+                return
+            artifacts.place(staged, model_name=version.model.name, version=version.version)
+            locked.status, locked.status_message, locked.artifact_sha256 = ModelVersion.Status.READY, "", staged.sha256
+            locked.metrics = {**captured, **locked.metrics}  # metrics given at registration win
+            locked.save(update_fields=["status", "status_message", "artifact_sha256", "metrics"])
+            webhook_events.version_registered(version=locked)
+    finally:
+        artifacts.discard(staged)
+
+
+def _version_fail(version: ModelVersion, message: str) -> None:
+    ModelVersion.objects.filter(pk=version.pk, status=ModelVersion.Status.REGISTERING).update(
+        status=ModelVersion.Status.FAILED, status_message=message)
+
+
+def version_require_ready(version: ModelVersion) -> None:
+    """Conflict (409) unless the version's artifact is in the store: aliases, deployments and servers need it."""
+    if version.status == ModelVersion.Status.REGISTERING:
+        raise Conflict(f"Version {version.version} of {version.model.name} is still registering (its artifact is "
+                       "being copied into the store); try again when it is ready.")
+    if version.status != ModelVersion.Status.READY:
+        raise Conflict(f"Version {version.version} of {version.model.name} failed to register and cannot be used: "
+                       f"{version.status_message or 'no artifact in the store.'}")
 
 
 def _check_common(errors: dict, *, framework: str, metrics: dict, tags: dict) -> None:
@@ -221,8 +290,13 @@ def _output_dir(errors: dict, job: Job) -> Path | None:
 def _from_uri(*, user, uri: str) -> Path:
     if uri.startswith(artifacts.SCHEME):
         path = artifacts.path_of_uri(uri)
-        owner = uri[len(artifacts.SCHEME):].split("/", 1)[0]
-        if selectors.model_get(user=user, name=owner) is None or not path.exists():
+        owner, _, rest = uri[len(artifacts.SCHEME):].partition("/")
+        model = selectors.model_get(user=user, name=owner)
+        number = rest.split("/", 1)[0]
+        used = selectors.version_get(model=model, number=int(number)) if model and number.isdigit() else None
+        if used is not None:
+            version_require_ready(used)
+        if model is None or not path.exists():
             raise artifacts.ArtifactError(f"Nothing at {uri} among the artifacts of your departments' models.")
         return path
     parts = urlsplit(uri)
@@ -262,7 +336,9 @@ def _job_metrics(job: Job) -> dict[str, float]:
     except ExecutorError:
         return {}
     runs = selectors.job_run_dirs(job=job, executor_root=root)
-    return selectors.tensorboard_scalars([run.tensorboard for run in runs])
+    # Read from copies: the event files are the job's, and a FIFO or a link there must not hang or leak.
+    with tempfile.TemporaryDirectory() as scratch:
+        return selectors.tensorboard_scalars(artifacts.readable_copies([run.tensorboard for run in runs], Path(scratch)))
 
 
 def version_update(*, user, version: ModelVersion, aliases: list[str] | None = None, tags: dict | None = None) -> ModelVersion:
@@ -303,6 +379,7 @@ def alias_set(*, user, version: ModelVersion, name: str) -> ModelAlias:
     if not ALIAS.fullmatch(name or ""):
         raise InvalidInput({"aliases": [f"{name!r} is not a valid alias: use 1-40 lowercase letters, digits, '-' or '_', "
                                         "starting with a letter (e.g. champion)."]})
+    version_require_ready(version)
     model = version.model
     with transaction.atomic():
         RegisteredModel.objects.select_for_update().filter(pk=model.pk).first()

@@ -15,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from config.errors import InvalidInput
+from config.errors import Conflict, InvalidInput
 from models_registry import selectors, services
 from models_registry.models import ModelVersion, RegisteredModel
 from quotas import selectors as quota_selectors
@@ -113,6 +113,8 @@ def version_alias(request, name: str, number: int):
             messages.success(request, _("%(alias)s now points to version %(number)s.") % {"alias": alias, "number": number})
     except InvalidInput as exc:
         messages.error(request, _problems(exc))
+    except Conflict as exc:
+        messages.error(request, str(exc))
     return redirect("model-detail", name=name)
 
 

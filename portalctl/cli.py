@@ -132,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--framework")
     register.add_argument("--metric", action="append", metavar="NAME=NUMBER")
     register.add_argument("--tag", action="append", metavar="KEY=VALUE")
+    register.add_argument("--no-wait", dest="wait", action="store_false",
+                          help="answer at once while the portal copies the artifact (default: wait until ready or failed)")
 
     deploy = command("deploy", models.cmd_deploy, "create a deployment of a model's versions")
     deploy.add_argument("name", metavar="NAME")

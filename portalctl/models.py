@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import sys
+import time
 
 from portalctl import output
-from portalctl.client import OK
+from portalctl.client import OK, REFUSED
 from portalctl.context import Context, UsageError, parse_pair
 
 VARIANT = re.compile(r"^(?P<name>[^=]+)=(?P<version>\d+)(?::(?P<weight>\d+|shadow))?$")
@@ -30,7 +32,7 @@ def cmd_models_versions(ctx: Context, args) -> int:
     if ctx.output == "json":
         output.print_json(page)
         return OK
-    columns = [("VERSION", lambda v: v["version"]), ("FRAMEWORK", lambda v: v["framework"]),
+    columns = [("VERSION", lambda v: v["version"]), ("STATUS", lambda v: v.get("status")), ("FRAMEWORK", lambda v: v["framework"]),
                ("JOB", lambda v: v["source_job"]), ("ALIASES", lambda v: ",".join(v["aliases"]) or None),
                ("METRICS", lambda v: _pairs(v["metrics"]) or None), ("AGE", lambda v: output.age(v["created_at"]))]
     if ctx.output == "wide":
@@ -62,11 +64,29 @@ def cmd_models_register(ctx: Context, args) -> int:
     if args.tag:
         body["tags"] = dict(parse_pair(tag, "--tag") for tag in args.tag)
     version = ctx.client.post(f"/api/v1/models/{args.model}/versions/", body)
+    if args.wait:
+        version = wait_registered(ctx, version)
     if ctx.output == "json":
         output.print_json(version)
+    elif version.get("status") == "failed":
+        print(f"portalctl: model {version['model']} version {version['version']} failed to register: "
+              f"{version.get('status_message', '')}", file=sys.stderr)
+    elif version.get("status") == "registering":
+        print(f"model {version['model']} version {version['version']} registering ({version['artifact_uri']})")
     else:
         print(f"model {version['model']} version {version['version']} registered ({version['artifact_uri']})")
-    return OK
+    return REFUSED if version.get("status") == "failed" else OK
+
+
+def wait_registered(ctx: Context, version: dict) -> dict:
+    """Poll the version while the portal copies its artifact (a portal without ``status`` has copied it)."""
+    url = f"/api/v1/models/{version['model']}/versions/{version['version']}/"
+    delay = 0.2
+    while version.get("status") == "registering":
+        time.sleep(delay)
+        delay = min(delay * 1.5, 5.0)
+        version = ctx.client.get(url)
+    return version
 
 
 def cmd_deploy(ctx: Context, args) -> int:

@@ -95,9 +95,19 @@ def register(world, body: dict, user=None, model="digits"):
 
 
 def registered(world, body: dict, user=None, model="digits") -> dict:
+    """Register, play the worker (the copy of a job's artifact runs in a task), and the version once ready."""
     response = register(world, body, user, model)
     assert response.status_code == 201, response.json()
-    return response.json()
+    copy_pending_artifacts()
+    version = world.api(user or world.alice).get(f"/api/v1/models/{model}/versions/{response.json()['version']}/")
+    assert version.json()["status"] == "ready", version.json()
+    return version.json()
+
+
+def copy_pending_artifacts() -> None:
+    """What the worker does with each models_registry.tasks.copy_version_artifact it receives."""
+    for pk in ModelVersion.objects.filter(status="registering").values_list("pk", flat=True):
+        services.version_artifact_copy(version_id=pk)
 
 
 # --- Registering from a job ---------------------------------------------------------------------
@@ -224,6 +234,7 @@ def test_concurrent_registrations_never_share_a_number(registry, settings):
 
     assert failures == []
     assert sorted(ModelVersion.objects.filter(model=model).values_list("version", flat=True)) == [1, 2, 3, 4, 5, 6]
+    copy_pending_artifacts()
     assert sorted(p.name for p in (settings.PORTAL_ARTIFACT_ROOT / "digits").iterdir() if not p.name.startswith(".")) == [
         "1", "2", "3", "4", "5", "6"]
 
