@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: install install-dev chromium run test test-k8s migrate clean
+.PHONY: install install-dev chromium sandbox run test test-k8s migrate clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,15 @@ migrate: install
 	$(PY) manage.py migrate --noinput -v0
 	@if [ -z "$$REDIS_URL" ]; then $(PY) manage.py migrate --database channels --noinput -v0; fi
 
-run: migrate
+# Jobs on the local executor run in a bubblewrap sandbox with a slirp4netns network (jobs/executors/sandbox.py).
+sandbox:
+	@if ! command -v bwrap >/dev/null || ! command -v slirp4netns >/dev/null; then \
+	  sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$sudo apt-get update -q && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap slirp4netns; \
+	fi
+
+run: migrate sandbox
 	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py demo --url "http://127.0.0.1:$(PORT)/"
 	@echo "Starting web, worker, beat (scheduler) and watcher; Ctrl-C stops them all."
@@ -50,7 +58,7 @@ chromium:
 	fi
 
 # Tests keep their files (test databases, broker folder, screenshots) apart from `make run`'s.
-test: install-dev chromium
+test: install-dev chromium sandbox
 	PORTAL_DATA_ROOT="$${PORTAL_TEST_DATA_ROOT:-$(CURDIR)/var/test}" $(PY) -m pytest
 
 # The executor contract suite against a real cluster with the Training Operator (never run by `make test`):

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 
 from django.db.models import Q
-from packaging.requirements import InvalidRequirement, Requirement
 
 from config.errors import InvalidInput
+from jobs.executors.requirements import requirement_problems
 from quotas import permissions
 from quotas.models import Cluster, Department, FrameworkImage, GpuPool, PriorityClass, Quota, Storage
 
@@ -123,7 +123,10 @@ def check_submission(*, user, data: dict, type_errors: dict | None = None) -> Cl
             fail("priority", f"No priority class {data['priority']!r}; choose one of: "
                  + ", ".join(PriorityClass.objects.values_list("name", flat=True)) + ".")
 
-    requirements = pip_requirements(data.get("requirements") or [], fail)
+    requirements = pip_requirements(
+        data.get("requirements") or [], fail, allow_local_files=bool(cluster and cluster.settings.get("allow_local_code")),
+        allowed_indexes=tuple((cluster.settings.get("pip_indexes") or ()) if cluster else ()),
+    )
     mounts = _mounts(data.get("mounts") or [], department, fail) if department else []
     env = _env(data.get("env") or {}, fail)
 
@@ -230,18 +233,19 @@ def _gpus(gpus, workers, pool, fail):
 
 
 def pip_requirements(items, fail, *, field: str = "requirements", limit: int = MAX_REQUIREMENTS,
-                     too_many: str = "; put more in the repository's requirements.txt") -> list[str]:
-    """Each item a valid PEP 508 requirement, at most ``limit`` of them; problems reported with ``fail``."""
+                     too_many: str = "; put more in the repository's requirements.txt", allow_local_files: bool = False,
+                     allowed_indexes: tuple[str, ...] = ()) -> list[str]:
+    """Each item a requirement by name (jobs.executors.requirements' rules), at most ``limit`` of them; problems
+    reported with ``fail``."""
     if len(items) > limit:
         fail(field, f"List at most {limit} {field.replace('_', ' ')}{too_many}.")
         return []
     clean = []
     for index, item in enumerate(items):
         text = item.strip()
-        try:
-            Requirement(text)
-        except InvalidRequirement as exc:
-            fail(field, f"Item {index + 1} ({text!r}) is not a valid pip requirement: {exc}.")
+        problems = requirement_problems([text], allow_local_files=allow_local_files, allowed_indexes=allowed_indexes)
+        if problems:
+            fail(field, problems[0].replace("Item 1 ", f"Item {index + 1} ", 1))
             continue
         clean.append(text)
     return clean

@@ -5,7 +5,11 @@ starting its supervisor (local_runner, detached, so it outlives the caller), rea
 logs, asking it to cancel, and re-adopting or ending jobs whose supervisor died. Everything that
 happens to a running job happens in the runner.
 
-Data folder: <root>/jobs/<job_id>/ (layout in local_jobdir.JobDir) and <root>/envs/<key>/ (venvs.py).
+Data folder: <root>/jobs/<run_id>/ (layout in local_jobdir.JobDir), <root>/checkpoints/<job_key>/ and
+<root>/tensorboard/<job_key>/ (kept across a job's runs), <root>/envs/ (venvs.py), and <root>/uids.json: the uid
+each department's jobs run as (``uid_base`` + 1, + 2 ... in the order departments first ran; ``uid_base`` itself
+is never given). One uid per department rather than per job: a department's jobs share its storage, and files
+one job leaves there must stay usable by the next; departments never share a uid, so never a file.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from jobs.executors import sandbox
 from jobs.executors.base import FINAL_PHASES, STARTING, ExecutorError, JobSpec, ObservedState, Placement
-from jobs.executors.local_jobdir import JobDir, write_json
+from jobs.executors.local_jobdir import JobDir, checkpoint_at, read_json, write_json
 from jobs.executors.local_runner import conclude_unsupervised
 
 # The runner runs as `python -m jobs.executors.local_runner` from the checkout that holds this file.
@@ -41,6 +46,20 @@ def is_local_code(url: str) -> bool:
     return not (colon > 0 and (slash < 0 or colon < slash))
 
 
+def local_path(url: str) -> str:
+    """The folder a local code_url names (file:// or a plain path)."""
+    return url[len("file://"):] if url.lower().startswith("file://") else url
+
+
+def _inside(path: str, folders: tuple[str, ...]) -> bool:
+    return any(path == folder or path.startswith(folder.rstrip(os.sep) + os.sep) for folder in folders)
+
+
+def base_python() -> str:
+    """The interpreter job environments are built on: the portal's venv is not visible in a sandbox."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
 def free_ports(count: int) -> list[int]:
     # All bound at once so that the ports differ; released just before the workers bind them.
     sockets = [socket.socket() for _ in range(count)]
@@ -55,12 +74,21 @@ def free_ports(count: int) -> list[int]:
 
 class LocalExecutor:
     def __init__(
-        self, root: Path, *, python: str = sys.executable, allow_local_code: bool = True, master_addr: str = "127.0.0.1",
+        self, root: Path, *, python: str | None = None, allow_local_code: bool = True, master_addr: str = "127.0.0.1",
+        isolation: str = "sandbox", uid_base: int = 200000, protected_paths: tuple[str, ...] = (),
+        allowed_indexes: tuple[str, ...] = (), extra_ro_paths: tuple[str, ...] = (), shared_code: tuple[str, ...] = (),
     ):
         self.root = Path(root)
-        self.python = python  # makes the job virtualenvs and runs pip for them
+        self.python = python or base_python()  # job virtualenvs are built on it
         self.allow_local_code = allow_local_code
         self.master_addr = master_addr
+        self.isolation = isolation  # "sandbox" | "none" (a trusted single-user machine)
+        self.uid_base = uid_base
+        # Code is never cloned from these (the portal's data root and checkout: other jobs' code lives there).
+        self.protected_paths = tuple(os.path.realpath(p) for p in (self.root, _SOURCE_ROOT, *protected_paths))
+        self.shared_code = tuple(os.path.realpath(p) for p in shared_code)  # inside those, but published for jobs
+        self.allowed_indexes = allowed_indexes
+        self.extra_ro_paths = extra_ro_paths  # more host folders jobs see read-only (e.g. /opt/conda)
 
     # -- the Executor protocol
 
@@ -78,6 +106,7 @@ class LocalExecutor:
             if jobdir.state_file.exists():
                 return  # launched before; poll() looks after it if its runner is gone
             master_port, *tf_ports = free_ports(1 + (job.workers if job.framework == "tensorflow" else 0))
+            uid = self._uid(job.department) if self.isolation == "sandbox" and os.geteuid() == 0 else None
             write_json(jobdir.launch_file, {
                 "job": dataclasses.asdict(job),
                 "placement": dataclasses.asdict(placement),
@@ -87,6 +116,13 @@ class LocalExecutor:
                 "python": self.python,
                 "envs": str(self.root / "envs"),
                 "allow_local_code": self.allow_local_code,
+                "isolation": self.isolation,
+                "uid": uid,
+                "gid": uid,
+                "launched_at": time.time(),
+                "local_source": os.path.realpath(local_path(job.code_url)) if is_local_code(job.code_url) else None,
+                "allowed_indexes": list(self.allowed_indexes),
+                "extra_ro_paths": list(self.extra_ro_paths),
             })
             jobdir.write_state(phase=STARTING, launched_at=time.time())
             try:
@@ -108,7 +144,10 @@ class LocalExecutor:
                 continue
             if state.get("phase") not in FINAL_PHASES:
                 state = self._supervise(jobdir) or state
-            observed[job_id] = ObservedState(**{name: state[name] for name in _STATE_FIELDS if name in state})
+            fields = {name: state[name] for name in _STATE_FIELDS if name in state}
+            key = (read_json(jobdir.launch_file) or {}).get("job", {}).get("job_key") or job_id
+            fields["checkpoint_at"] = checkpoint_at(jobdir.checkpoint(key))
+            observed[job_id] = ObservedState(**fields)
         return observed
 
     def cancel(self, job_id: str, grace_seconds: int) -> None:
@@ -163,11 +202,33 @@ class LocalExecutor:
             problems.append(f"code_url {url!r} is not a repository address")
         elif is_local_code(url) and not self.allow_local_code:
             problems.append(f"code_url {url!r} is on the portal's own disk, which this cluster does not allow")
+        elif is_local_code(url):
+            folder = local_path(url)
+            real = os.path.realpath(folder)
+            if not os.path.isabs(folder):
+                problems.append(f"code_url {url!r} must be an absolute path")
+            elif _inside(real, self.protected_paths) and not _inside(real, self.shared_code):
+                problems.append(f"code_url {url!r} is inside the portal's own folders, which jobs cannot clone from")
+        if self.isolation == "sandbox" and (missing := sandbox.available()):
+            problems.append("this host cannot run sandboxed jobs: " + "; ".join(missing))
+        elif self.isolation not in ("sandbox", "none"):
+            problems.append(f"isolation {self.isolation!r} is not one of sandbox, none")
         ranks = sorted(w.worker for w in placement.workers)
         if job.workers < 1 or ranks != list(range(job.workers)):
             problems.append(f"placement has workers {ranks}, the job needs one per rank 0..{job.workers - 1}")
         if problems:
             raise ExecutorError("; ".join(problems), permanent=True)
+
+    def _uid(self, department: str) -> int:
+        """The uid of ``department``'s jobs, allocated once (under a lock) and never reused."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "uids.lock", "a") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            uids = read_json(self.root / "uids.json") or {}
+            if department not in uids:
+                uids[department] = self.uid_base + 1 + len(uids)
+                write_json(self.root / "uids.json", uids)
+            return int(uids[department])
 
     @staticmethod
     def _lock(jobdir: JobDir) -> int | None:

@@ -1,15 +1,22 @@
 """The supervisor of one local job: ``python -m jobs.executors.local_runner <job_dir> --lock-fd N [--adopt]``.
 
-Owns everything that happens to a job after LocalExecutor.launch(): fetching the code with git, getting
-its virtualenv, running one process group per worker with the job environment, and ending the job
-(success, a failed worker, cancel, deadline), with every phase recorded in state.json. The layout of a
-job directory (JobDir) is in local_jobdir.py, the process bookkeeping LocalExecutor reads (process
-groups, PID-reuse checks, kills) in local_procs.py.
+Owns everything that happens to a job after LocalExecutor.launch(): fetching the code with git, getting its
+virtualenv, starting its workers, and ending the job (success, a failed worker, cancel, deadline, setup
+timeout), with every phase recorded in state.json. The layout of a job directory (JobDir) is in
+local_jobdir.py, what a sandbox sees in sandbox.py, the process bookkeeping in local_procs.py.
 
-A runner holds an flock on runner.lock for its whole life, handed over by whoever started it; a lock
-that can be taken means no runner is alive (immune to PID reuse, released even on SIGKILL). With
---adopt it takes over the workers of a runner that died, which it cannot wait() on: it watches their
-process groups and reads the exit code each worker's wrapper shell writes to a file.
+With ``isolation: sandbox`` (the default) every step that runs a stranger's code or touches the network runs
+in a bubblewrap sandbox under the department's uid: the clone and checkout (a setup sandbox that sees only
+the code folder, and the repository when it is on this disk), the environment build (a build sandbox of its
+own that sees only the env being built and the department's cache), and the workers, all together in one
+sandbox whose first process is sandbox_init.py (the launcher). The runner itself stays outside, as the
+portal's user: it writes the logs (the workers get file descriptors, never the folder), reads exit codes
+without following links, and ends the job by ending the sandbox's PID namespace. With ``isolation: none``
+(a trusted single-user machine) the same steps run as plain processes of the portal's user.
+
+A runner holds an flock on runner.lock for its whole life, handed over by whoever started it; a lock that can
+be taken means no runner is alive (immune to PID reuse, released even on SIGKILL). With --adopt it takes over
+a job whose runner died: the workers never depended on it, so it only watches the sandbox and the exit files.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import json
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,22 +36,22 @@ import time
 import traceback
 from pathlib import Path
 
-from jobs.executors import venvs
-from jobs.executors.base import CANCELLED, FAILED, FINAL_PHASES, LOST, RUNNING, SUCCEEDED, JobSpec, WorkerPlacement
-from jobs.executors.local_jobdir import TAIL_LINES, JobDir, placement_from_dict, read_json, spec_from_dict, write_json
-from jobs.executors.local_procs import (
-    TICK, alive, become_subreaper, kill_groups, live_groups, ours, reap, signal_group, start_time,
+from jobs.executors import sandbox, venvs
+from jobs.executors.base import (
+    CANCELLED, FAILED, FINAL_PHASES, LOST, RUNNING, SUCCEEDED, JobSpec, WorkerPlacement,
 )
+from jobs.executors.local_jobdir import (
+    TAIL_LINES, JobDir, placement_from_dict, read_json, read_small, spec_from_dict, write_json,
+)
+from jobs.executors.local_procs import TICK, alive, become_subreaper, kill_groups, live_groups, ours, reap, start_time
+from jobs.executors.requirements import requirement_problems
 
-# Runs the user command and records its exit code, so that an adopting runner (not the parent) can
-# learn it. Trapping TERM (rather than ignoring it) keeps this shell alive until the command has
-# reacted, while the command itself gets default signal handling.
-WRAPPER = 'trap : TERM INT HUP; bash -c "$1"; code=$?; echo "$code" > "$2"; exit "$code"'
+LAUNCHER = Path(__file__).with_name("sandbox_init.py")
 
 RESERVED = (
     "PORTAL_JOB_ID", "PORTAL_JOB_NAME", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
     "TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PORTAL_GPU_FRACTION", "TENSORBOARD_LOG_DIR", "PORTAL_OUTPUT_DIR",
-    "VIRTUAL_ENV", "PYTHONUNBUFFERED",
+    "PORTAL_CHECKPOINT_DIR", "PORTAL_RUN_INDEX", "PORTAL_RESUMED", "VIRTUAL_ENV", "PYTHONUNBUFFERED",
 )
 
 # What jobs inherit from the host: the portal's own settings (database URL, secrets) stay out.
@@ -53,12 +61,23 @@ _INHERITED = {
     "http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
 }
 _INHERITED_PREFIXES = ("LC_",)
-_SETUP_PREFIXES = ("PIP_", "GIT_", "SSH_AUTH_SOCK")  # git and pip configuration, for setup steps only
+_SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+_MAX_REQUIREMENTS_FILE = 256 * 1024
+
+# Where a sandboxed job finds its folders.
+CODE_AT, OUTPUT_AT, TENSORBOARD_AT, CHECKPOINT_AT = "/portal/code", "/portal/output", "/portal/tensorboard", "/portal/checkpoint"
+EXIT_AT, WORKERS_AT, LAUNCHER_AT = "/portal/exit", "/portal/workers.json", "/portal/init.py"
+SOURCE_AT = "/portal/source"  # a repository on this host's disk (clusters that allow local code)
+SANDBOX_MASTER_PORT = 29500  # the sandbox has a network namespace of its own: any port is free
 
 
-def inherited_env(*, setup: bool = False) -> dict[str, str]:
-    prefixes = _INHERITED_PREFIXES + (_SETUP_PREFIXES if setup else ())
-    return {k: v for k, v in os.environ.items() if k in _INHERITED or k.startswith(prefixes)}
+def inherited_env(*, sandboxed: bool = False) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in _INHERITED or k.startswith(_INHERITED_PREFIXES)}
+    if sandboxed:
+        # Paths of the host mean nothing inside, and the job's HOME is its own /tmp.
+        env = {k: v for k, v in env.items() if k not in {"PATH", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "USER", "LOGNAME"}}
+        env.update(PATH=_SANDBOX_PATH, HOME="/tmp", TMPDIR="/tmp", USER="job", LOGNAME="job")
+    return env
 
 
 # -------------------------------------------------------------------------------------------- endings
@@ -75,25 +94,19 @@ class Ended(Exception):
 @dataclasses.dataclass(eq=False)
 class Worker:
     rank: int
-    pgid: int
-    starttime: int | None
-    proc: subprocess.Popen | None = None  # None for adopted workers
-    code: int | None = None  # exit code once known; negative = killed by that signal
-    gone: bool = False  # ended without an exit code (an adopted worker that was SIGKILLed)
+    code: int | None = None  # exit code once known (128 + N when killed by signal N)
+    gone: bool = False  # ended without an exit code (killed with its sandbox)
 
     @property
     def done(self) -> bool:
         return self.code is not None or self.gone
 
-    def group(self) -> dict:
-        return {"pgid": self.pgid, "starttime": self.starttime}
-
 
 def worker_failure(job: JobDir, worker: Worker) -> Ended:
     if worker.gone:
         what, exit_code = "ended without an exit code (it was killed)", None
-    elif worker.code < 0:
-        what, exit_code = f"was killed by signal {-worker.code}", 128 - worker.code
+    elif worker.code > 128:
+        what, exit_code = f"was killed by signal {worker.code - 128}", worker.code
     else:
         what, exit_code = f"exited with code {worker.code}", worker.code
     tail = job.tail(worker.rank)
@@ -122,23 +135,59 @@ def record_ending(job: JobDir, ended: Ended) -> dict:
     )
 
 
+def _pod_alive(pod: dict | None) -> bool:
+    return bool(pod) and alive(pod["pid"], pod["starttime"])
+
+
+def kill_pod(job: JobDir, pod: dict | None, *, grace: float, children=None) -> None:
+    """End the job's workers: SIGTERM (the launcher passes it on), ``grace`` seconds, then the whole sandbox."""
+    if not _pod_alive(pod):
+        _kill_leftover_groups(job)
+        return
+    if grace > 0:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pod["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while _pod_alive(pod) and time.monotonic() < deadline:
+            reap(children)
+            time.sleep(TICK)
+    # SIGKILL of a PID namespace's init ends every process in it; without a sandbox the workers' groups too.
+    _kill_leftover_groups(job)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pod["pid"], signal.SIGKILL)
+    until = time.monotonic() + 10
+    while _pod_alive(pod) and time.monotonic() < until:
+        reap(children)
+        time.sleep(TICK)
+
+
+def _kill_leftover_groups(job: JobDir) -> None:
+    launch = read_json(job.launch_file) or {}
+    if launch.get("isolation") == "none":
+        started = (job.groups().get("pod") or {}).get("started_at", 0)
+        live = live_groups()
+        groups = [{"pgid": pgid, "starttime": start_time(pgid)} for pgid in job.launcher_groups().values()]
+        # A group whose leader started before the job cannot be one of its workers (a reused pgid).
+        kill_groups([g for g in groups if ours(g, live) and (g["starttime"] or 0) >= started], grace=0)
+
+
 def conclude_unsupervised(job: JobDir) -> dict | None:
     """For a job whose runner is dead (the caller holds runner.lock): end it, or None to adopt it.
 
-    Adoptable: running, with a worker group alive. Otherwise whatever is left is killed and the job
-    ends from its exit files if every worker wrote one, as cancelled if that was asked, else as lost.
+    Adoptable: running, with its sandbox alive. Otherwise whatever is left is killed and the job ends from its
+    exit files if every worker wrote one, as cancelled if that was asked, else as lost.
     """
     state = job.state()
     if state is None or state.get("phase") in FINAL_PHASES:
         return state
     recorded = job.groups()
-    live = live_groups()
-    worker_groups = {int(rank): group for rank, group in recorded["workers"].items()}
-    if state.get("phase") == RUNNING and any(ours(g, live) for g in worker_groups.values()):
+    pod = recorded.get("pod")
+    if state.get("phase") == RUNNING and _pod_alive(pod):
         return None
-    kill_groups([*worker_groups.values(), *filter(None, [recorded.get("setup")])], grace=0)
-    # A running job has every worker recorded (they are all spawned before the phase changes).
-    workers = [Worker(rank, 0, None, code=job.exit_code(rank)) for rank in sorted(worker_groups)]
+    kill_groups(list(filter(None, [recorded.get("setup")])), grace=0)
+    kill_pod(job, pod, grace=0)
+    spec = spec_from_dict((read_json(job.launch_file) or {})["job"])
+    workers = [Worker(rank, code=job.exit_code(rank)) for rank in range(spec.workers)]
     ended = None
     if job.cancel_file.exists():
         ended = Ended(CANCELLED, "cancelled", "cancelled on request")
@@ -160,33 +209,58 @@ def _without_portal_venv(path: str) -> str:
     return ":".join(entry for entry in path.split(":") if os.path.realpath(entry) != os.path.realpath(portal_bin))
 
 
+def env_name(name: str) -> str:
+    return "PORTAL_DATA_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """Where the job's folders are, as its commands see them (sandbox paths, or the host's in trusted mode)."""
+
+    code: str
+    output: str
+    tensorboard: str
+    checkpoint: str
+    env: str
+    master_port: int
+    mounts: dict[str, str]  # storage name -> path
+
+
 def worker_env(
-    spec: JobSpec, placement: WorkerPlacement, *, local_rank: int, job: JobDir, env_dir: Path, launch: dict,
+    spec: JobSpec, placement: WorkerPlacement, *, local_rank: int, view: View, launch: dict, sandboxed: bool,
+    visible_gpus: str | None = None,
 ) -> dict[str, str]:
     """The job environment contract (DESIGN.md), as one worker sees it."""
-    env = inherited_env()
+    env = inherited_env(sandboxed=sandboxed)
     env.update({k: v for k, v in spec.env.items() if k not in RESERVED})
+    path = env.get("PATH") or os.defpath
     env.update({
         "PORTAL_JOB_ID": spec.job_id,
         "PORTAL_JOB_NAME": spec.name,
         "WORLD_SIZE": str(spec.workers),
         "RANK": str(placement.worker),
         "LOCAL_RANK": str(local_rank),
-        "MASTER_ADDR": launch["master_addr"],
-        "MASTER_PORT": str(launch["master_port"]),
-        "CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in placement.gpus),
-        "TENSORBOARD_LOG_DIR": str(job.tensorboard),
-        "PORTAL_OUTPUT_DIR": str(job.output),
-        "VIRTUAL_ENV": str(env_dir),
-        "PATH": f"{env_dir / 'bin'}:{_without_portal_venv(env.get('PATH') or os.defpath)}",
+        "MASTER_ADDR": "127.0.0.1" if sandboxed else launch["master_addr"],
+        "MASTER_PORT": str(view.master_port),
+        "CUDA_VISIBLE_DEVICES": visible_gpus if visible_gpus is not None else ",".join(str(g) for g in placement.gpus),
+        "TENSORBOARD_LOG_DIR": view.tensorboard,
+        "PORTAL_OUTPUT_DIR": view.output,
+        "PORTAL_CHECKPOINT_DIR": view.checkpoint,
+        "PORTAL_RUN_INDEX": str(spec.run_index),
+        "VIRTUAL_ENV": view.env,
+        "PATH": f"{view.env}/bin:{_without_portal_venv(path)}",
         "PYTHONUNBUFFERED": "1",
     })
+    if spec.run_index > 0:
+        env["PORTAL_RESUMED"] = "1"
     for mount in spec.mounts:
-        env["PORTAL_DATA_" + re.sub(r"[^A-Z0-9]", "_", mount.name.upper())] = mount.source
+        env[env_name(mount.name)] = view.mounts[mount.name]
     if placement.gpu_fraction is not None:
         env["PORTAL_GPU_FRACTION"] = str(placement.gpu_fraction)
     if spec.framework == "tensorflow":
-        hosts = [f"{launch['master_addr']}:{port}" for port in launch["tf_ports"]]
+        addr = "127.0.0.1" if sandboxed else launch["master_addr"]
+        ports = [SANDBOX_MASTER_PORT + 1 + i for i in range(spec.workers)] if sandboxed else launch["tf_ports"]
+        hosts = [f"{addr}:{port}" for port in ports]
         env["TF_CONFIG"] = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": placement.worker}})
     return env
 
@@ -197,33 +271,66 @@ class Runner:
         self.launch = read_json(job.launch_file)
         self.spec = spec_from_dict(self.launch["job"])
         self.placement = placement_from_dict(self.launch["placement"])
-        self.workers: list[Worker] = []
+        self.sandboxed = self.launch.get("isolation", "sandbox") == "sandbox"
+        self.uid, self.gid = self.launch.get("uid"), self.launch.get("gid")
+        self.python = self.launch["python"]
+        self.workers: list[Worker] = [Worker(rank) for rank in range(self.spec.workers)]
+        self.pod: dict | None = None  # the sandbox (or launcher) running the workers: pid, starttime
+        self.proc: subprocess.Popen | None = None
         self.setup_group: dict | None = None
+        self.setup_deadline = float(self.launch.get("launched_at") or time.time()) + self.spec.setup_timeout_seconds
+        self.checkpoint_dir = job.checkpoint(self.spec.job_key or self.spec.job_id)
+        self.tensorboard_dir = job.tensorboard_run(self.spec.job_key or self.spec.job_id, self.spec.run_index)
 
     # -- the whole life of a job
 
     def run(self) -> Ended:
-        for folder in (self.job.output, self.job.tensorboard, self.job.logs, self.job.exits):
-            folder.mkdir(parents=True, exist_ok=True)
+        self.prepare_folders()
         self.check_cancel()
         commit = self.fetch_code()
         self.job.write_state(commit=commit)
         env_dir = self.environment()
         self.check_cancel()
-        self.spawn_workers(env_dir)
+        self.check_setup_time()
+        self.start_workers(env_dir)
         self.job.write_state(phase=RUNNING, started_at=time.time())
-        return self.watch(adopted=False)
+        return self.watch()
 
     def adopt(self) -> Ended:
-        groups = self.job.groups()["workers"]
-        self.workers = [Worker(int(rank), g["pgid"], g["starttime"]) for rank, g in sorted(groups.items())]
-        return self.watch(adopted=True)
+        self.pod = self.job.groups().get("pod")
+        return self.watch()
 
     def finish(self, ended: Ended) -> None:
         # Nothing of the job outlives its ending: that is what releases its GPUs.
-        groups = [w.group() for w in self.workers] + ([self.setup_group] if self.setup_group else [])
-        kill_groups(groups, grace=0, children=self.children())
+        if self.setup_group:
+            kill_groups([self.setup_group], grace=0)
+        kill_pod(self.job, self.pod, grace=0, children=self.children())
         record_ending(self.job, ended)
+        shutil.rmtree(self.job.tmp, ignore_errors=True)
+
+    def children(self) -> dict:
+        return {}
+
+    # -- folders
+
+    def own(self, path: Path, mode: int = 0o755) -> None:
+        path.chmod(mode)
+        if self.uid is not None:
+            os.chown(path, self.uid, self.gid)
+
+    def prepare_folders(self) -> None:
+        for folder in (self.job.logs, self.job.files):
+            folder.mkdir(parents=True, exist_ok=True)
+        for folder in (self.job.output, self.job.exits, self.job.code, self.tensorboard_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+            self.own(folder)
+        self.job.tmp.mkdir(exist_ok=True)
+        self.own(self.job.tmp, 0o700)
+        if not self.checkpoint_dir.is_dir():
+            self.checkpoint_dir.mkdir(parents=True)
+            self.own(self.checkpoint_dir)
+        for rank in range(self.spec.workers):
+            self.job.log_file(rank).touch()
 
     # -- setup
 
@@ -240,99 +347,221 @@ class Runner:
         if self.job.cancel_file.exists():
             raise Ended(CANCELLED, "cancelled", "cancelled on request before the command started")
 
-    def setup_step(self, argv: list[str], *, cwd: Path | None = None) -> tuple[int, str]:
-        """Run a setup command with its output streamed into the logs; a cancel stops it."""
-        env = {**inherited_env(setup=True), "GIT_TERMINAL_PROMPT": "0", "PIP_NO_INPUT": "1"}
-        env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
-        env["GIT_ALLOW_PROTOCOL"] = "https:http:ssh:git" + (":file" if self.launch["allow_local_code"] else "")
-        tail = b""
-        with subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        ) as proc, selectors.DefaultSelector() as selector:
+    def check_setup_time(self) -> None:
+        if time.time() > self.setup_deadline:
+            raise Ended(FAILED, "setup_timeout",
+                        f"setting up the job (fetching the code and building its environment) took longer than the "
+                        f"cluster's setup_timeout_seconds ({self.spec.setup_timeout_seconds} s) and was stopped")
+
+    def checkpoint(self) -> None:
+        self.check_cancel()
+        self.check_setup_time()
+
+    def system_binds(self) -> list[sandbox.Bind]:
+        prefix = str(Path(os.path.realpath(self.python)).parent.parent)
+        return [sandbox.Bind(prefix, prefix), *(sandbox.Bind(p, p) for p in self.launch.get("extra_ro_paths", []))]
+
+    def setup_box(self, argv, *, cwd: str, binds: list[sandbox.Bind], env: dict, network: bool, uid=None) -> sandbox.Sandbox:
+        uid = self.uid if uid is None else uid
+        return sandbox.Sandbox(
+            argv=argv, cwd=cwd, env=env, binds=(*self.system_binds(), sandbox.Bind(str(self.job.tmp), "/tmp", True), *binds),
+            uid=uid, gid=self.gid, network=network, die_with_parent=True,
+            # The repository it clones is owned by someone else (git's "dubious ownership"); in the sandbox only it
+            # and the code folder are there to be trusted or not. A system file, since git drops -c settings and
+            # GIT_CONFIG_* before it runs upload-pack for a local clone.
+            files=(*self.sandbox_files(), ("/etc/gitconfig", "[safe]\n\tdirectory = *\n")),
+        )
+
+    def sandbox_files(self) -> tuple[tuple[str, str], ...]:
+        files = (("/etc/resolv.conf", f"nameserver {sandbox.DNS}\n"),)
+        if self.uid is not None:
+            files += sandbox.passwd_files(self.uid, self.gid, "/tmp")
+        return files
+
+    def setup_step(self, argv: list[str], *, cwd: str, binds=(), env=None, network=False, capture=False) -> tuple[int, str]:
+        """Run a setup command with its output streamed into the logs; a cancel or the setup deadline stops it."""
+        env = {**inherited_env(sandboxed=self.sandboxed), **(env or {})}
+        if self.sandboxed:
+            box = self.setup_box(argv, cwd=cwd, binds=list(binds), env=env, network=network)
+            try:
+                started = sandbox.start(box, files_dir=self.job.files, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            except sandbox.SandboxError as exc:
+                raise Ended(FAILED, "sandbox_failed", f"the job's sandbox could not be set up: {exc}") from None
+            proc = started.proc
+        else:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        output = b""
+        with proc, selectors.DefaultSelector() as selector:
             self.setup_group = {"pgid": proc.pid, "starttime": start_time(proc.pid)}
-            write_json(self.job.groups_file, {"setup": self.setup_group, "workers": {}})
+            write_json(self.job.groups_file, {"setup": self.setup_group, "pod": None})
             selector.register(proc.stdout, selectors.EVENT_READ)
             exited = False
             while True:
-                # Once the command has exited, only read what is already there: something it
-                # started may still hold the pipe open.
+                # Once the command has exited, only read what is already there: something it started may
+                # still hold the pipe open.
                 if selector.select(timeout=0 if exited else TICK):
                     chunk = os.read(proc.stdout.fileno(), 65536)
                     if not chunk:
                         break
-                    self.tee(chunk)
-                    tail = (tail + chunk)[-64 * 1024:]
+                    if not capture:
+                        self.tee(chunk)
+                    output = (output + chunk)[-64 * 1024:]
                 elif exited:
                     break
                 exited = exited or proc.poll() is not None
-                if self.job.cancel_file.exists():
+                if self.job.cancel_file.exists() or time.time() > self.setup_deadline:
                     kill_groups([self.setup_group], grace=0)
-                    self.check_cancel()
+                    self.checkpoint()
             code = proc.wait()
-            signal_group(proc.pid, signal.SIGKILL)  # anything it left behind
-        lines = tail.decode("utf-8", "replace").strip().splitlines()
-        return code, "\n".join(lines[-TAIL_LINES:])
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # anything it left behind
+        self.setup_group = None
+        text = output.decode("utf-8", "replace").strip()
+        return code, (text if capture else "\n".join(text.splitlines()[-TAIL_LINES:]))
+
+    def git(self, *args: str, network=False, capture=False, binds=()) -> tuple[int, str]:
+        code_at = CODE_AT if self.sandboxed else str(self.job.code)
+        env = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
+               "GIT_ALLOW_PROTOCOL": "https:http:ssh:git" + (":file" if self.launch["allow_local_code"] else "")}
+        binds = [sandbox.Bind(str(self.job.code), CODE_AT, writable=True), *binds]
+        return self.setup_step(["git", *args], cwd=code_at, binds=binds, env=env, network=network, capture=capture)
 
     def fetch_code(self) -> str:
         ref = self.spec.commit or self.spec.code_ref  # a re-run (after preemption) keeps the commit it ran
-        self.say(f"fetching {self.spec.code_url}" + (f" at {ref}" if ref else ""))
-        code, output = self.setup_step(["git", "clone", "--quiet", "--", self.spec.code_url, str(self.job.code)])
+        url = self.spec.code_url
+        self.say(f"fetching {url}" + (f" at {ref}" if ref else ""))
+        local = self.launch.get("local_source")
+        binds = []
+        if self.sandboxed and local:
+            if not os.path.isdir(local):
+                raise Ended(FAILED, "clone_failed", f"fatal: repository '{url}' does not exist")
+            # The sandbox sees the repository (and nothing else of this disk) at a path of its own.
+            binds, url = [sandbox.Bind(local, SOURCE_AT)], SOURCE_AT
+        target = CODE_AT if self.sandboxed else str(self.job.code)
+        code, output = self.git("clone", "--quiet", "--", url, target, network=local is None, binds=binds)
+        output = output.replace(SOURCE_AT, self.spec.code_url)
         if code == 0 and ref:
             # `--` makes a ref that is also a file name mean the ref; git still turns a remote branch
             # name into a local branch.
-            code, output = self.setup_step(["git", "checkout", "--quiet", ref, "--"], cwd=self.job.code)
+            code, output = self.git("checkout", "--quiet", ref, "--")
         if code != 0:
             raise Ended(FAILED, "clone_failed", output or f"git failed with exit code {code}")
-        head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=self.job.code, capture_output=True, text=True)
-        if head.returncode != 0:  # e.g. a repository without commits
-            raise Ended(FAILED, "clone_failed", head.stderr.strip() or "the repository has no commit to run")
-        commit = head.stdout.strip()
+        code, head = self.git("rev-parse", "--verify", "HEAD", capture=True)
+        commit = head.strip().splitlines()[-1] if head.strip() else ""
+        if code != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", commit):  # e.g. a repository without commits
+            raise Ended(FAILED, "clone_failed", head.strip() or "the repository has no commit to run")
         self.say(f"code at commit {commit}")
         return commit
 
+    def repository_requirements(self) -> list[str]:
+        path = self.job.code / "requirements.txt"
+        if not os.path.lexists(path):
+            return []
+        text = read_small(path, _MAX_REQUIREMENTS_FILE + 1)
+        if text is None:
+            raise Ended(FAILED, "install_failed", "the repository's requirements.txt must be a regular file "
+                                                  "(not a symbolic link or anything else)")
+        if len(text.encode()) > _MAX_REQUIREMENTS_FILE:
+            raise Ended(FAILED, "install_failed", "the repository's requirements.txt is larger than 256 KiB")
+        lines = venvs.requirement_lines(text)
+        problems = requirement_problems(lines, allow_local_files=self.launch["allow_local_code"],
+                                        allowed_indexes=self.launch.get("allowed_indexes", ()), where="requirements.txt ")
+        if problems:
+            raise Ended(FAILED, "install_failed", "the repository's requirements.txt cannot be installed:\n" + "\n".join(problems))
+        return lines
+
     def environment(self) -> Path:
-        repo_requirements = self.job.code / "requirements.txt"
-        lines = venvs.requirement_lines(repo_requirements.read_text()) if repo_requirements.is_file() else []
-        lines += [*self.spec.requirements, *self.spec.base_packages]
+        lines = [*self.repository_requirements(), *self.spec.requirements, *self.spec.base_packages]
+        department = re.sub(r"[^a-z0-9-]", "-", self.spec.department.lower()) or "default"
+        envs = venvs.Envs(
+            Path(self.launch["envs"]) / ("sandbox" if self.sandboxed else "host") / department,
+            python=self.python, builder=_Builder(self), say=self.say, checkpoint=self.checkpoint,
+            owner=(self.uid, self.gid) if self.uid is not None else None,
+        )
         try:
-            return venvs.ensure(
-                Path(self.launch["envs"]), python=self.launch["python"], requirements=lines,
-                run=self.setup_step, say=self.say, checkpoint=self.check_cancel,
-            )
+            return envs.ensure(lines)
         except venvs.BuildFailed as exc:
             raise Ended(FAILED, "install_failed", exc.message) from None
 
     # -- workers
 
-    def spawn_workers(self, env_dir: Path) -> None:
+    def view(self, env_dir: Path) -> View:
+        if self.sandboxed:
+            return View(CODE_AT, OUTPUT_AT, TENSORBOARD_AT, CHECKPOINT_AT, venvs.ENV_AT, SANDBOX_MASTER_PORT,
+                        {m.name: m.path for m in self.spec.mounts})
+        return View(str(self.job.code), str(self.job.output), str(self.tensorboard_dir), str(self.checkpoint_dir),
+                    str(env_dir), self.launch["master_port"], {m.name: m.source for m in self.spec.mounts})
+
+    def start_workers(self, env_dir: Path) -> None:
+        view = self.view(env_dir)
+        gpus = tuple(sorted({g for w in self.placement.workers for g in w.gpus}))
+        devices = sandbox.gpu_devices(gpus) if self.sandboxed else []
         per_node: dict[str, int] = {}
-        self.setup_group = None
-        for placement in sorted(self.placement.workers, key=lambda w: w.worker):
-            local_rank = per_node.get(placement.node, 0)
-            per_node[placement.node] = local_rank + 1
-            env = worker_env(self.spec, placement, local_rank=local_rank, job=self.job, env_dir=env_dir, launch=self.launch)
-            argv = ["bash", "-c", WRAPPER, "portal-worker", self.spec.command, str(self.job.exit_file(placement.worker))]
-            with open(self.job.log_file(placement.worker), "ab") as log:
-                proc = subprocess.Popen(
-                    argv, cwd=self.job.code, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True,
+        plan, fds = [], []
+        try:
+            for placement in sorted(self.placement.workers, key=lambda w: w.worker):
+                local_rank = per_node.get(placement.node, 0)
+                per_node[placement.node] = local_rank + 1
+                # With only its GPUs' device nodes in the sandbox, CUDA numbers them from 0.
+                visible = ",".join(str(gpus.index(g)) for g in placement.gpus) if devices else None
+                env = worker_env(self.spec, placement, local_rank=local_rank, view=view, launch=self.launch,
+                                 sandboxed=self.sandboxed, visible_gpus=visible)
+                fd = os.open(self.job.log_file(placement.worker), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fds.append(fd)
+                plan.append({"rank": placement.worker, "command": self.spec.command, "env": env, "cwd": view.code,
+                             "log_fd": fd})
+            exit_dir = EXIT_AT if self.sandboxed else str(self.job.exits)
+            write_json(self.job.workers_file, {"workers": plan, "exit_dir": exit_dir})
+            launcher = [self.python, "-I", "-S"]
+            if self.sandboxed:
+                self.proc, self.pod = self._start_sandbox(launcher, view, env_dir, devices, tuple(fds))
+            else:
+                self.proc = subprocess.Popen(
+                    [*launcher, str(LAUNCHER), str(self.job.workers_file)], cwd=view.code, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=tuple(fds), start_new_session=True,
+                    env={"PATH": os.environ.get("PATH", os.defpath)},
                 )
-            self.workers.append(Worker(placement.worker, proc.pid, start_time(proc.pid), proc))
-            # Recorded one by one, so that a runner dying mid-way leaves no worker unknown.
-            write_json(self.job.groups_file, {"setup": None, "workers": {str(w.rank): w.group() for w in self.workers}})
+                self.pod = {"pid": self.proc.pid, "starttime": start_time(self.proc.pid), "started_at": start_time(self.proc.pid)}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        write_json(self.job.groups_file, {"setup": None, "pod": self.pod})
 
-    def children(self) -> dict[int, Worker]:
-        return {w.pgid: w for w in self.workers if w.proc is not None}
+    def _start_sandbox(self, launcher, view: View, env_dir: Path, devices: list[str], fds: tuple[int, ...]):
+        Bind = sandbox.Bind
+        binds = [
+            *self.system_binds(),
+            Bind(str(self.job.tmp), "/tmp", True),
+            Bind(str(env_dir), view.env),
+            Bind(str(self.job.code), CODE_AT, True),
+            Bind(str(self.job.output), OUTPUT_AT, True),
+            Bind(str(self.tensorboard_dir), TENSORBOARD_AT, True),
+            Bind(str(self.checkpoint_dir), CHECKPOINT_AT, True),
+            Bind(str(self.job.exits), EXIT_AT, True),
+            Bind(str(LAUNCHER), LAUNCHER_AT),
+            Bind(str(self.job.workers_file), WORKERS_AT),
+            *(Bind(m.source, m.path, writable=not m.read_only) for m in self.spec.mounts),
+        ]
+        groups = tuple(sorted({os.stat(node).st_gid for node in devices if os.stat(node).st_gid != 0}))
+        box = sandbox.Sandbox(
+            argv=[*launcher, LAUNCHER_AT, WORKERS_AT], cwd=CODE_AT, env={"PATH": _SANDBOX_PATH}, binds=tuple(binds),
+            uid=self.uid, gid=self.gid, groups=groups, network=True,
+            gpus=tuple(sorted({g for w in self.placement.workers for g in w.gpus})), files=self.sandbox_files(),
+            as_pid_1=True,
+        )
+        try:
+            with open(self.job.runner_log, "ab") as log:
+                started = sandbox.start(box, files_dir=self.job.files, stdout=log, stderr=log, pass_fds=fds)
+        except sandbox.SandboxError as exc:
+            raise Ended(FAILED, "sandbox_failed", f"the job's sandbox could not be set up: {exc}") from None
+        return started.proc, {"pid": started.pid, "starttime": start_time(started.pid), "net": started.net_pid}
 
-    def watch(self, *, adopted: bool) -> Ended:
+    def watch(self) -> Ended:
         started_at = self.job.state()["started_at"]
         limit = self.spec.max_runtime_seconds
         while True:
-            if adopted:
-                self.look_at_adopted()
-            else:
-                reap(self.children())
+            self.look_at_workers()
             ended = judge(self.job, self.workers, deadline_passed=limit is not None and time.time() > started_at + limit)
             if ended is not None:
                 break
@@ -343,18 +572,39 @@ class Runner:
             grace = self.spec.grace_seconds
         else:
             grace = 0  # all exited 0: only leftovers remain
-        kill_groups([w.group() for w in self.workers], grace=grace, children=self.children())
+        kill_pod(self.job, self.pod, grace=grace)
         return ended
 
-    def look_at_adopted(self) -> None:
+    def look_at_workers(self) -> None:
+        if self.proc is not None:
+            self.proc.poll()
+        reap()
+        pod_alive = _pod_alive(self.pod)
         for worker in self.workers:
             if worker.done:
                 continue
             worker.code = self.job.exit_code(worker.rank)
-            # The wrapper writes its exit file before it exits, so a gone leader with no file was killed.
-            if worker.code is None and not alive(worker.pgid, worker.starttime):
+            # The launcher writes an exit file for every worker before it exits, so a gone sandbox with no
+            # file means the worker was killed with it.
+            if worker.code is None and not pod_alive:
                 worker.code = self.job.exit_code(worker.rank)
                 worker.gone = worker.code is None
+
+
+class _Builder:
+    """Environment builds for venvs.Envs: a build sandbox of their own (or plain processes in trusted mode)."""
+
+    def __init__(self, runner: Runner):
+        self.runner = runner
+        self.sandboxed = runner.sandboxed
+
+    def run(self, argv: list[str], *, binds: list[sandbox.Bind], env: dict[str, str]) -> tuple[int, str]:
+        runner = self.runner
+        # The build runs package build code: none of the portal's git or SSH settings, nothing of the job's folders.
+        clean = {k: v for k, v in env.items()}
+        if not runner.sandboxed:
+            return runner.setup_step(argv, cwd=str(runner.job.path), env=clean)
+        return runner.setup_step(argv, cwd="/tmp", binds=binds, env=clean, network=True)
 
 
 # ----------------------------------------------------------------------------------------------- main

@@ -144,6 +144,10 @@ class Harness:
         """Fail unless nothing of the job runs any more (its GPUs are free)."""
         raise NotImplementedError
 
+    def installed_line(self, package: str, version: str) -> str:
+        """What the executor's installer prints for a package it installed (pip's words by default)."""
+        return f"Successfully installed {package}-{version}"
+
     # -- shared
 
     def new_id(self, prefix: str = "job") -> str:
@@ -301,15 +305,16 @@ class ExecutorContract:
         first = harness.launch(harness.spec(url, "python train.py"))
         assert harness.wait_final(first, timeout=60).phase == "succeeded"
         log = harness.log(first)
-        assert "Successfully installed tinypkg-1.0" in log
+        installed = harness.installed_line("tinypkg", "1.0")
+        assert installed in log
         # the install belongs to the job's log, ahead of what the command printed
-        assert log.index("Successfully installed tinypkg-1.0") < log.index("tinypkg 1.0 imported")
+        assert log.index(installed) < log.index("tinypkg 1.0 imported")
 
         # The same set, this time as the job's own requirement: one set, so the environment is reused.
         second = harness.launch(harness.spec(url, "python train.py", requirements=(requirement.replace(" @ ", "@"),)))
         assert harness.wait_final(second, timeout=60).phase == "succeeded"
         log = harness.log(second)
-        assert "reusing cached environment" in log and "Successfully installed" not in log
+        assert "reusing cached environment" in log and harness.installed_line("tinypkg", "1.0") not in log
         assert command_output(log)[-1] == "tinypkg 1.0 imported"
 
         broken = f"brokenpkg @ {(tmp_path / 'missing' / 'brokenpkg-1.0-py3-none-any.whl').as_uri()}"

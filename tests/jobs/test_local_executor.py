@@ -1,9 +1,11 @@
 """The local executor: the executor contract suite, plus what only a local executor does (virtualenv
 cache, who may fetch local code, re-adopting jobs whose supervisor died).
 
-Jobs are real process groups on this host. The test process makes itself the subreaper of what it
-starts (the detached runners end up as its children), so it can reap them and prove with
-os.killpg(pgid, 0) that nothing of a job is left.
+Jobs are real processes on this host, each job's workers in one bubblewrap sandbox (its own PID namespace:
+killing the sandbox's first process ends them all). The whole module runs once sandboxed and once in the
+trusted `isolation: none` mode. The test process makes itself the subreaper of what it starts (the detached
+runners end up as its children), so it can reap them and prove with os.killpg(pgid, 0) / kill(pid, 0) that
+nothing of a job is left.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ def group_gone(pgid: int) -> bool:
     return False
 
 
+def pid_gone(pid: int) -> bool:
+    reap_orphans()
+    return not alive(pid)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _subreaper():
     libc = ctypes.CDLL(None, use_errno=True)
@@ -58,6 +65,9 @@ def _subreaper():
 
 class LocalHarness(Harness):
     node = "localhost"
+
+    def installed_line(self, package: str, version: str) -> str:
+        return f"+ {package}=={version}"  # uv's words
 
     def code_url(self, path: Path) -> str:
         return path.as_uri()
@@ -77,8 +87,9 @@ class LocalHarness(Harness):
     def runner_pid(self, job_id: str) -> int | None:
         return (read_json(self.jobdir(job_id).runner_file) or {}).get("pid")
 
-    def worker_groups(self, job_id: str) -> list[int]:
-        return [group["pgid"] for group in self.jobdir(job_id).groups()["workers"].values()]
+    def pod(self, job_id: str) -> int:
+        """The pid of the job's sandbox (or, unsandboxed, its launcher): the job runs while it does."""
+        return wait_for(lambda: (self.jobdir(job_id).groups().get("pod") or {}).get("pid"), what="the workers to start")
 
     def kill_runner(self, job_id: str) -> int:
         pid = wait_for(lambda: self.runner_pid(job_id), what="the runner to record its pid")
@@ -88,18 +99,27 @@ class LocalHarness(Harness):
 
     def assert_released(self, job_id: str) -> None:
         groups = self.jobdir(job_id).groups()
-        pgids = self.worker_groups(job_id) + ([groups["setup"]["pgid"]] if groups["setup"] else [])
-        for pgid in pgids:
-            wait_for(lambda: group_gone(pgid), timeout=15, what=f"process group {pgid} of {job_id} to go")
+        if groups.get("setup"):
+            pgid = groups["setup"]["pgid"]
+            wait_for(lambda: group_gone(pgid), timeout=15, what=f"the setup step {pgid} of {job_id} to go")
+        if groups.get("pod"):
+            pid = groups["pod"]["pid"]
+            wait_for(lambda: pid_gone(pid), timeout=15, what=f"the sandbox {pid} of {job_id} to go")
+        for pgid in self.host_worker_groups(job_id):
+            wait_for(lambda: group_gone(pgid), timeout=15, what=f"worker group {pgid} of {job_id} to go")
+
+    def host_worker_groups(self, job_id: str) -> list[int]:
+        """Unsandboxed, the workers' process groups (in a sandbox they die with it, and their ids are its own)."""
+        return [] if self.executor.isolation == "sandbox" else list(self.jobdir(job_id).launcher_groups().values())
         runner = self.runner_pid(job_id)
         if runner is not None:
             wait_for(lambda: group_gone(runner), timeout=15, what=f"the runner of {job_id} to exit")
 
 
-@pytest.fixture(scope="module")
-def executor(tmp_path_factory) -> LocalExecutor:
-    # One data folder for the module, so that jobs share the (empty-requirements) environment.
-    return LocalExecutor(tmp_path_factory.mktemp("local-executor"))
+@pytest.fixture(scope="module", params=["sandbox", "none"])
+def executor(request, tmp_path_factory) -> LocalExecutor:
+    # One data folder per mode, so that jobs share the (empty-requirements) environment.
+    return LocalExecutor(tmp_path_factory.mktemp(f"local-executor-{request.param}"), isolation=request.param)
 
 
 @pytest.fixture
@@ -130,7 +150,10 @@ class TestLocalExecutor(ExecutorContract):
         seen = json.loads(command_output(harness.log(job))[-1])
         env = seen["env"]
         assert env["VIRTUAL_ENV"] == seen["prefix"]
-        assert Path(env["VIRTUAL_ENV"]).parent == harness.executor.root / "envs"
+        if harness.executor.isolation == "sandbox":
+            assert env["VIRTUAL_ENV"] == "/portal/env"  # the department's env, mounted read-only
+        else:
+            assert Path(env["VIRTUAL_ENV"]).parent == harness.executor.root / "envs" / "host" / "vision"
         # the job's venv first; the portal's own venv never (a `pip install` there would change the portal)
         assert env["PATH"].split(":") == [f"{env['VIRTUAL_ENV']}/bin", "/opt/tools/bin", "/usr/bin", "/bin"]
         assert env["PYTHONUNBUFFERED"] == "1"
@@ -160,10 +183,11 @@ class TestLocalExecutor(ExecutorContract):
         for job in jobs:
             assert harness.wait_final(job, timeout=60).phase == "succeeded"
         logs = [harness.log(job) for job in jobs]
-        assert sum("Successfully installed tinypkg-1.0" in log for log in logs) == 1
+        assert sum("+ tinypkg==1.0" in log for log in logs) == 1
         assert sum("reusing cached environment" in log for log in logs) == 1
-        envs = harness.executor.root / "envs"
-        assert all((env / COMPLETE).exists() for env in envs.iterdir() if env.is_dir()), "a half-built env was left"
+        envs = [env for env in (harness.executor.root / "envs").glob("*/vision/*") if env.is_dir()]
+        assert envs and all((env / COMPLETE).exists() for env in envs if env.name not in ("resolved",) and
+                            not env.name.startswith(".")), "a half-built env was left"
 
     def test_a_job_whose_runner_died_is_adopted_and_finishes(self, harness, repo):
         job = harness.launch(harness.spec(
@@ -188,10 +212,10 @@ class TestLocalExecutor(ExecutorContract):
         ))
         for worker in (0, 1):
             harness.wait_log(job, "waiting\n", worker)
+        pod = harness.pod(job)
         harness.kill_runner(job)
         (harness.output(job) / "go").touch()
-        for pgid in harness.worker_groups(job):
-            wait_for(lambda: group_gone(pgid), what="the workers to finish")
+        wait_for(lambda: pid_gone(pod), what="the workers to finish")
         state = harness.state(job)
         assert (state.phase, state.reason, state.exit_code) == ("failed", "worker_failed", 5), state
         assert "worker 1 exited with code 5" in state.message
@@ -200,9 +224,11 @@ class TestLocalExecutor(ExecutorContract):
         job = harness.launch(harness.spec(harness.code_url(repo.path), "echo waiting; sleep 60"))
         harness.wait_log(job, "waiting\n")
         harness.kill_runner(job)
-        [pgid] = harness.worker_groups(job)
-        os.killpg(pgid, signal.SIGKILL)
-        wait_for(lambda: group_gone(pgid), what="the worker to die")
+        pod = harness.pod(job)
+        for pgid in harness.host_worker_groups(job):
+            os.killpg(pgid, signal.SIGKILL)
+        os.kill(pod, signal.SIGKILL)
+        wait_for(lambda: pid_gone(pod), what="the worker to die")
         state = harness.state(job)
         assert (state.phase, state.reason) == ("lost", "lost"), state
         assert "supervisor died" in state.message and state.finished_at is not None
@@ -221,25 +247,44 @@ class TestLocalExecutor(ExecutorContract):
         harness.assert_released(job)
 
     @pytest.fixture
-    def silent_git_server(self):
-        """A git:// address that accepts connections and never answers, so a clone hangs."""
-        with socket.create_server(("127.0.0.1", 0)) as server:
-            yield f"git://127.0.0.1:{server.getsockname()[1]}/repo.git"
+    def hanging_setup(self, tmp_path):
+        """A job whose environment build never ends: a requirement whose in-tree build backend sleeps.
 
-    def test_cancel_during_setup_stops_the_clone(self, harness, silent_git_server):
-        job = harness.launch(harness.spec(silent_git_server, "echo never"))
-        clone = wait_for(lambda: harness.jobdir(job).groups()["setup"], what="the clone to start")
+        (A sandboxed clone cannot reach a silent server on this host's loopback, which is the point.)"""
+        package = tmp_path / "slowpkg"
+        package.mkdir()
+        (package / "pyproject.toml").write_text(
+            '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+            '[project]\nname = "slowpkg"\nversion = "1.0"\n')
+        (package / "backend.py").write_text(
+            "import time\n"
+            "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
+            "def prepare_metadata_for_build_wheel(directory, config_settings=None):\n    time.sleep(600)\n"
+            "def build_wheel(directory, config_settings=None, metadata_directory=None):\n    time.sleep(600)\n")
+        repo = GitRepo(tmp_path / "needs-slowpkg")
+        repo.commit({"train.py": "print('never')\n"})
+        return repo.path.as_uri(), (f"slowpkg @ {package.as_uri()}",)
+
+    def setup_started(self, harness, job):
+        """The setup step (the environment build) that hangs, once it runs."""
+        return wait_for(lambda: "resolving" in harness.log(job) and harness.jobdir(job).groups()["setup"],
+                        what="the environment build to start")
+
+    def test_cancel_during_setup_stops_the_setup_step(self, harness, hanging_setup):
+        url, requirements = hanging_setup
+        job = harness.launch(harness.spec(url, "echo never", requirements=requirements))
+        clone = self.setup_started(harness, job)
         assert harness.state(job).phase == "starting"
         harness.executor.cancel(job, 30)
         state = harness.wait_final(job, timeout=10)
         assert (state.phase, state.reason, state.started_at) == ("cancelled", "cancelled", None), state
         wait_for(lambda: group_gone(clone["pgid"]), what="git to be killed")
 
-    def test_a_job_whose_runner_died_during_setup_is_lost_and_its_clone_killed(self, harness, silent_git_server):
-        job = harness.launch(harness.spec(silent_git_server, "echo never"))
-        clone = wait_for(lambda: harness.jobdir(job).groups()["setup"], what="the clone to start")
-        harness.kill_runner(job)
-        assert alive(clone["pgid"])
+    def test_a_job_whose_runner_died_during_setup_is_lost_and_its_setup_killed(self, harness, hanging_setup):
+        url, requirements = hanging_setup
+        job = harness.launch(harness.spec(url, "echo never", requirements=requirements))
+        clone = self.setup_started(harness, job)
+        harness.kill_runner(job)  # (a setup sandbox dies with its runner at once: bwrap --die-with-parent)
         state = harness.state(job)
         assert (state.phase, state.reason) == ("lost", "lost"), state
         wait_for(lambda: group_gone(clone["pgid"]), what="git to be killed")

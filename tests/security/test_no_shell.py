@@ -36,7 +36,8 @@ ALLOWED = {
     ("jobs/executors/manifests.py", "INSTALL_SCRIPT"): "constant; the requirements come in as \"$@\" argv items",
     ("jobs/executors/manifests.py", "job.command"):
         "the job's own command, run by the job's own shell in its own container: that is what a command is",
-    ("jobs/executors/local_runner.py", "WRAPPER"): "constant; the job's command comes in as \"$1\"",
+    ("jobs/executors/sandbox_init.py", "worker['command']"):
+        "the job's own command, run by the job's own shell inside its sandbox: that is what a command is",
     ("jobs/executors/local.py", "'\"$@\" &'"): "constant; starts the runner's argv in the background",
     ("jobs/executors/local_procs.py", "'log=$1; shift; \"$@\" >>\"$log\" 2>&1 </dev/null & echo $!'"):
         "constant; the log path and argv come in as positional arguments",

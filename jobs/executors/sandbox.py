@@ -1,0 +1,292 @@
+"""The sandbox of the local executor: bubblewrap (``bwrap``) namespaces, and slirp4netns for the network.
+
+Owns what a process started for a job can see and reach, and starting it that way:
+- a read-only system (/usr, /etc less the portal's files, the Python the job's environment is based on), a
+  fresh /proc of its own PID namespace, a /dev with only the null devices, a /dev/shm and the GPUs it was
+  given, and the folders the caller binds (its code, output, checkpoint, TensorBoard folder, environment,
+  storage mounts) at the paths it names, read-only unless the bind says otherwise; nothing else of the host;
+- PID, IPC, UTS, cgroup and network namespaces of its own. The network namespace has its loopback and, when
+  asked, a slirp4netns tap for outbound traffic started with ``--disable-host-loopback``: the host's loopback
+  services (PostgreSQL, Redis, the broker, TensorBoards, model servers) are out of reach, the internet is not.
+  slirp4netns rather than pasta: Debian 12's passt is a 2023 snapshot, while slirp4netns 1.2 is the network
+  rootless Podman and Buildah have run for years, and its ``--disable-host-loopback`` and ``--exit-fd`` say
+  exactly what we need (no loopback; end with the sandbox);
+- a uid that is not the portal's: when the portal runs as root, bwrap runs as root (no user namespace) and
+  ``setpriv`` drops the command to the given uid/gid with no capabilities and no_new_privs; an ordinary portal
+  user gets an unprivileged user namespace instead and the job keeps the portal's uid on the host.
+When the sandbox's first process ends, its PID namespace and everything in it end with it (the kernel kills
+them), and the slirp4netns process follows because the sandbox held the other end of its exit fd.
+No Django, no job knowledge: the runner says what to bind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# Files of /etc a job has no business reading even where their mode would let it.
+HIDDEN_ETC = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/ssh", "/etc/sudoers",
+              "/etc/sudoers.d", "/etc/postgresql", "/etc/redis", "/etc/gpu-portal", "/etc/machine-id")
+GPU_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+                       "/dev/nvidia-caps", "/dev/dri")
+SYSTEM = {"/usr", "/etc", "/sys", *(f"/{name}" for name in SYSTEM_LINKS)}  # bound read-only as they are
+DNS = "10.0.2.3"  # slirp4netns's built-in resolver
+
+
+class SandboxError(Exception):
+    """The sandbox could not be set up (a missing tool, a refused namespace)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Bind:
+    source: str
+    target: str
+    writable: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Sandbox:
+    """One sandboxed command: what it runs, as whom, and what it sees."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    binds: tuple[Bind, ...] = ()
+    uid: int | None = None  # None: keep the caller's uid (only in a user namespace, for a portal that is not root)
+    gid: int | None = None
+    groups: tuple[int, ...] = ()  # supplementary groups (e.g. of the GPU device nodes)
+    network: bool = False  # outbound traffic through slirp4netns; always its own namespace either way
+    gpus: tuple[int, ...] = ()  # /dev/nvidiaN of these indices, and the control devices, when they exist
+    files: tuple[tuple[str, str], ...] = ()  # (target, content): small files written for it (passwd, resolv.conf)
+    as_pid_1: bool = False  # the command itself is the namespace's init (it must reap and handle signals)
+    die_with_parent: bool = False  # ends when the process that started it ends (setup steps, not jobs)
+
+
+@dataclasses.dataclass
+class Started:
+    proc: subprocess.Popen
+    pid: int  # the sandbox's first process, as the host sees it: killing it ends the PID namespace
+    net_pid: int | None  # slirp4netns
+
+
+def available() -> list[str]:
+    """What is missing on this host to run sandboxes ([] when nothing is)."""
+    missing = [tool for tool in ("bwrap", "slirp4netns") if shutil.which(tool) is None]
+    if os.geteuid() == 0 and not shutil.which("setpriv"):
+        missing.append("setpriv")
+    return [f"{tool} is not installed (Debian: apt-get install {'bubblewrap' if tool == 'bwrap' else tool})"
+            for tool in missing]
+
+
+def gpu_devices(gpus: tuple[int, ...]) -> list[str]:
+    """Device nodes of the GPUs given, plus the driver's control nodes; [] where the host has no NVIDIA GPU."""
+    nodes = [f"/dev/nvidia{index}" for index in gpus if os.path.exists(f"/dev/nvidia{index}")]
+    if not nodes:
+        return []
+    return nodes + [path for path in GPU_CONTROL_DEVICES if os.path.exists(path)]
+
+
+def bwrap_argv(box: Sandbox, *, files_dir: Path, info_fd: int, block_fd: int | None) -> list[str]:
+    """The bwrap command line for ``box`` (``files_dir`` holds the small files it gets)."""
+    argv = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--new-session", "--hostname", "sandbox", "--info-fd", str(info_fd)]
+    if block_fd is not None:
+        argv += ["--block-fd", str(block_fd)]
+    root = os.geteuid() == 0
+    if not root:
+        argv += ["--unshare-user", "--disable-userns"]
+    if box.die_with_parent:
+        argv.append("--die-with-parent")
+    if box.as_pid_1:
+        argv.append("--as-pid-1")
+    made: set[str] = set()  # folders created in the sandbox
+    bound = set(SYSTEM) | {"/proc", "/dev"}  # folders that are mounts (what is under them comes from the mount)
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for name in SYSTEM_LINKS:
+        path = f"/{name}"
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    argv += ["--ro-bind", "/etc", "/etc", "--ro-bind-try", "/sys", "/sys"]
+    for hidden in HIDDEN_ETC:
+        if os.path.isdir(hidden) and not os.path.islink(hidden):
+            argv += ["--tmpfs", hidden]
+        elif os.path.lexists(hidden):
+            argv += ["--ro-bind", "/dev/null", hidden]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
+    for node in gpu_devices(box.gpus):
+        argv += ["--dev-bind", node, node]
+    for index, (target, content) in enumerate(box.files):
+        source = files_dir / f"file-{index}"
+        source.write_text(content)
+        target = _through_links(target)
+        argv += _parents(target, made, bound) + ["--ro-bind", str(source), target]
+    for bind in box.binds:
+        if not bind.writable and bind.source == bind.target and _covered(bind.target, SYSTEM):
+            continue  # already visible through a system bind
+        argv += _parents(bind.target, made, bound) + ["--bind" if bind.writable else "--ro-bind", bind.source, bind.target]
+        bound.add(bind.target)
+    argv += ["--chdir", box.cwd, "--clearenv"]
+    for name, value in box.env.items():
+        argv += ["--setenv", name, value]
+    argv.append("--")
+    if root and box.uid is not None:
+        groups = ",".join(str(g) for g in box.groups)
+        argv += ["setpriv", "--reuid", str(box.uid), "--regid", str(box.gid if box.gid is not None else box.uid),
+                 f"--groups={groups}" if groups else "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+                 "--no-new-privs", "--"]
+    return argv + list(box.argv)
+
+
+READ_SYSCALLS = {"0", "63"}  # read(2) on x86_64 and on aarch64
+
+
+def start(box: Sandbox, *, files_dir: Path, stdout=None, stderr=None, pass_fds: tuple[int, ...] = ()) -> Started:
+    """Start ``box`` in its own session and return once its network (if any) is up and its command runs."""
+    files_dir.mkdir(parents=True, exist_ok=True)
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    exit_r, exit_w = os.pipe() if box.network else (None, None)
+    fds = [info_w, block_r, *pass_fds] + ([exit_w] if exit_w is not None else [])
+    proc = None
+    try:
+        argv = bwrap_argv(box, files_dir=files_dir, info_fd=info_w, block_fd=block_r)
+        block_fd_number = block_r
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, pass_fds=fds,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise SandboxError(f"cannot run bwrap: {exc}") from exc
+        for fd in (info_w, block_r, exit_w):
+            if fd is not None:
+                os.close(fd)
+        info_w = block_r = exit_w = None
+        info = _read_info(info_r)
+        if info is None:
+            proc.wait(timeout=10)
+            raise SandboxError(f"bwrap could not set up the sandbox (exit code {proc.returncode})")
+        pid = info["child-pid"]
+        if box.network:
+            # slirp4netns --configure brings the namespace's loopback up too; while bwrap is still doing the
+            # same, bwrap gives up ("loopback: Failed RTM_NEWADDR", 1 start in 10 under load). bwrap is done
+            # with it once it waits on the block fd.
+            _wait_blocked(pid, block_fd_number)
+        net_pid = _start_network(pid, exit_r) if box.network else None
+        try:
+            os.write(block_w, b"1")
+        except BrokenPipeError:
+            proc.wait(timeout=10)
+            raise SandboxError(f"bwrap could not set up the sandbox (exit code {proc.returncode})") from None
+        return Started(proc, pid, net_pid)
+    except BaseException:
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            proc.wait()
+        raise
+    finally:
+        for fd in (info_r, info_w, block_r, block_w, exit_r, exit_w):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+def _read_info(fd: int) -> dict | None:
+    data = b""
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+        with contextlib.suppress(ValueError):
+            return json.loads(data)
+    return None
+
+
+def _wait_blocked(pid: int, fd: int, timeout: float = 5) -> None:
+    """Until ``pid`` sits in read(2) on ``fd`` (its /proc/<pid>/syscall says so), or ``timeout`` passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            fields = Path(f"/proc/{pid}/syscall").read_text().split()
+        except OSError:
+            return  # gone, or not ours to look at: the start goes on and says what it finds
+        if len(fields) > 1 and fields[0] in READ_SYSCALLS and int(fields[1], 16) == fd:
+            return
+        time.sleep(0.001)
+
+
+def _start_network(pid: int, exit_fd: int) -> int:
+    ready_r, ready_w = os.pipe()
+    argv = ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback", "--exit-fd", str(exit_fd),
+            "--ready-fd", str(ready_w)]
+    if os.geteuid() != 0:
+        argv.append(f"--userns-path=/proc/{pid}/ns/user")
+    try:
+        net = subprocess.Popen([*argv, str(pid), "tap0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, pass_fds=(exit_fd, ready_w), start_new_session=True)
+    except OSError as exc:
+        os.close(ready_r)
+        os.close(ready_w)
+        raise SandboxError(f"cannot run slirp4netns: {exc}") from exc
+    os.close(ready_w)
+    try:
+        ready = os.read(ready_r, 1)
+    finally:
+        os.close(ready_r)
+    if ready != b"1":
+        net.wait(timeout=10)
+        raise SandboxError(f"slirp4netns could not set up the network: {net.stderr.read().decode(errors='replace')}")
+    net.stderr.close()
+    return net.pid
+
+
+def _covered(path: str, made: set[str]) -> bool:
+    return any(path == top or path.startswith(top.rstrip("/") + "/") for top in made)
+
+
+def _parents(target: str, made: set[str], bound: set[str]) -> list[str]:
+    """--dir for each ancestor of ``target`` not yet in the sandbox, readable by anyone (bwrap would copy the
+    host's modes, and /root is 0700). Ancestors inside a mount come from that mount."""
+    argv = []
+    parts = Path(target).parts[1:-1]
+    for depth in range(1, len(parts) + 1):
+        folder = "/" + "/".join(parts[:depth])
+        if folder in made or _covered(folder, bound):
+            continue
+        argv += ["--perms", "0755", "--dir", folder]
+        made.add(folder)
+    return argv
+
+
+def _through_links(target: str) -> str:
+    """Where a file bound over ``target`` must go when the host's ``target`` is a symlink (resolv.conf often is)."""
+    seen = 0
+    while os.path.islink(target) and seen < 8:
+        target = os.path.normpath(os.path.join(os.path.dirname(target), os.readlink(target)))
+        seen += 1
+    return target
+
+
+def passwd_files(uid: int, gid: int, home: str) -> tuple[tuple[str, str], ...]:
+    """/etc/passwd and /etc/group with an entry for the sandbox's user (ssh and some tools insist on one)."""
+    def read(path: str) -> str:
+        try:
+            return Path(path).read_text()
+        except OSError:
+            return ""
+    passwd = "".join(line + "\n" for line in read("/etc/passwd").splitlines() if line)
+    group = "".join(line + "\n" for line in read("/etc/group").splitlines() if line)
+    if f":x:{uid}:" not in passwd:
+        passwd += f"job:x:{uid}:{gid}:GPU Portal job:{home}:/bin/bash\n"
+    if f":x:{gid}:" not in group:
+        group += f"job:x:{gid}:\n"
+    return (("/etc/passwd", passwd), ("/etc/group", group))
