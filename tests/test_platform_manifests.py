@@ -39,6 +39,7 @@ RBAC = {
     },
     "gpu-portal-workloads": {
         ("", "resourcequotas"): {"get", "list", "create", "patch"},
+        ("networking.k8s.io", "networkpolicies"): {"get", "list", "create", "patch"},
         ("", "persistentvolumeclaims"): {"get", "list", "create"},
         ("", "pods"): {"get", "list", "watch"},
         ("", "pods/log"): {"get"},
@@ -182,6 +183,72 @@ def test_it_gives_the_in_cluster_postgres_the_password_in_database_url():
     url = read_env_file(BASE / "secret.example.env")["DATABASE_URL"]
     password = read_env_file(BASE / "postgres.example.env")["POSTGRES_PASSWORD"]
     assert re.match(rf"postgres://portal:{re.escape(password)}@gpu-portal-postgres:5432/portal$", url)
+
+
+def container_of(path: Path, kind: str, name: str) -> dict:
+    (doc,) = [d for d in load_documents(path) if d["kind"] == kind]
+    return next(c for c in doc["spec"]["template"]["spec"]["containers"] if c["name"] == name)
+
+
+def env_sources(container: dict) -> dict[str, dict | str]:
+    return {item["name"]: item.get("valueFrom", {}).get("secretKeyRef") or item.get("value") for item in container["env"]}
+
+
+def test_the_in_cluster_redis_asks_for_the_password_that_redis_url_carries():
+    redis = container_of(BASE / "redis.yaml", "StatefulSet", "redis")
+    assert redis["args"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]  # expanded by the kubelet from env
+    env = env_sources(redis)
+    assert env["REDIS_PASSWORD"] == env["REDISCLI_AUTH"] == {"name": "gpu-portal-redis", "key": "REDIS_PASSWORD"}
+    password = read_env_file(BASE / "redis.example.env")["REDIS_PASSWORD"]
+    assert read_env_file(BASE / "secret.example.env")["REDIS_URL"] == f"redis://:{password}@gpu-portal-redis:6379/0"
+
+
+def test_the_in_cluster_postgres_never_trusts_a_connection():
+    env = env_sources(container_of(BASE / "postgres.yaml", "StatefulSet", "postgres"))
+    assert env["POSTGRES_PASSWORD"] == {"name": "gpu-portal-postgres", "key": "POSTGRES_PASSWORD"}
+    assert env["POSTGRES_HOST_AUTH_METHOD"] == "scram-sha-256"
+    assert set(env["POSTGRES_INITDB_ARGS"].split()) == {"--auth-local=scram-sha-256", "--auth-host=scram-sha-256"}
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] == "In"
+        if labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+def admitted(policies: list[dict], source: dict | None, target: dict, port: str) -> bool:
+    """Whether NetworkPolicies admit traffic from a pod of this namespace with labels ``source`` (None: from
+    outside the namespace) to a pod with labels ``target`` on its named ``port``."""
+    chosen = [p for p in policies if selects(p["spec"]["podSelector"], target) and "Ingress" in p["spec"]["policyTypes"]]
+    assert chosen, "every pod is selected by the default deny"
+    for policy in chosen:
+        for rule in policy["spec"].get("ingress", []):
+            ports_ok = "ports" not in rule or any(p["port"] == port for p in rule["ports"])
+            peers = rule.get("from")
+            peers_ok = peers is None or (source is not None and any(
+                set(peer) == {"podSelector"} and selects(peer["podSelector"], source) for peer in peers))
+            if ports_ok and peers_ok:
+                return True
+    return False
+
+
+def test_only_the_portals_own_pods_reach_its_datastores_and_anyone_reaches_web():
+    policies = load_documents(BASE / "networkpolicy.yaml")
+    for policy in policies:
+        validate(policy)
+    labels = {name: {"app.kubernetes.io/name": "gpu-portal", "app.kubernetes.io/component": name}
+              for name in ("web", "worker", "beat", "watcher", "postgres", "redis")}
+    for store, port in (("postgres", "postgres"), ("redis", "redis")):
+        for process in ("web", "worker", "beat", "watcher"):
+            assert admitted(policies, labels[process], labels[store], port), (process, store)
+        assert not admitted(policies, None, labels[store], port)  # a job pod, another namespace
+        assert not admitted(policies, {"app.kubernetes.io/name": "intruder"}, labels[store], port)
+    assert admitted(policies, None, labels["web"], "http")
+    assert not admitted(policies, None, labels["worker"], "http") and not admitted(policies, None, labels["web"], "redis")
 
 
 # --------------------------------------------------------------------------------------- rendered

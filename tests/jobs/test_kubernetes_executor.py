@@ -285,6 +285,7 @@ def test_a_departments_namespace_gets_its_network_policy_once_and_the_fake_accep
     for _ in range(2):
         for job in (spec(framework="pytorch"), spec()):
             executor.launch(job, placement())
+    assert len(kube.list("networking.k8s.io/v1", "NetworkPolicy", NS)) == 1  # launching is enough
     executor.ensure_department("vision", 4)
     (policy,) = kube.list("networking.k8s.io/v1", "NetworkPolicy", NS)
     assert policy["metadata"]["name"] == "portal-department" and policy["metadata"]["generation"] == 1
