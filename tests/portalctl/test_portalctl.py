@@ -22,7 +22,8 @@ from django.conf import global_settings
 
 from jobs import services
 from jobs.models import Job
-from models_registry.models import Deployment
+from models_registry import services as registry_services
+from models_registry.models import Deployment, ModelVersion
 from portalctl import output
 from quotas.models import Quota
 from quotas.tokens import token_create
@@ -140,6 +141,13 @@ def launch_when_submitted(name: str) -> int:
     return job.pk
 
 
+def copy_when_registered(number: int) -> None:
+    """Play the worker: copy the version's artifact once the portal has registered it (portalctl waits meanwhile)."""
+    version = wait_for(lambda: ModelVersion.objects.filter(version=number, status="registering").first(),
+                       what=f"version {number} to be registering", reconcile=False)
+    registry_services.version_artifact_copy(version_id=version.pk)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_it_drives_a_job_from_submit_to_logs_to_a_deployment(world, cli, repo):
     following = cli.start("submit", "--name", "digits", "--code-url", repo, "--gpus", "1", "--env", "SEED=1",
@@ -167,9 +175,12 @@ def test_it_drives_a_job_from_submit_to_logs_to_a_deployment(world, cli, repo):
     assert cli("logs", job_id, "--tail", "1").stdout == "saved model.joblib\n"
 
     assert cli("models", "create", "digits").returncode == 0
-    for _ in range(2):
-        registered = cli("models", "register", "digits", "--job", job_id, "--metric", "accuracy=0.9")
-        assert registered.returncode == 0, registered.stderr
+    for number in (1, 2):
+        registering = cli.start("models", "register", "digits", "--job", job_id, "--metric", "accuracy=0.9")
+        copy_when_registered(number)
+        code, out, err = finished(registering)
+        assert code == 0, err
+        assert out == f"model digits version {number} registered (store://digits/{number}/model.joblib)\n"
     versions = cli.json("models", "versions", "digits")["results"]
     assert sorted(v["version"] for v in versions) == [1, 2]
     assert {v["lineage"]["job"] for v in versions} == {job_id}
