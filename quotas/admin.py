@@ -1,10 +1,13 @@
 from django import forms
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.core.exceptions import ValidationError
 
 from config.errors import InvalidInput
 from quotas.clusters import cluster_check, cluster_save, quota_isolation_refusal
 from quotas.models import AuditEvent, Cluster, Department, FrameworkImage, GpuPool, Membership, PriorityClass, Quota, Storage
+from quotas.storage import local_path_refusals
 
 
 class MembershipInline(admin.TabularInline):
@@ -86,8 +89,25 @@ class FrameworkImageAdmin(admin.ModelAdmin):
     list_filter = ["framework", "official"]
 
 
+class StorageForm(forms.ModelForm):
+    """The path rule of quotas.storage here too: the admin site may not set what the console and the API refuse."""
+
+    class Meta:
+        model = Storage
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("kind") == Storage.Kind.LOCAL:
+            problems = local_path_refusals(cleaned.get("local_path") or "")
+            if problems:
+                raise ValidationError({"local_path": problems})
+        return cleaned
+
+
 @admin.register(Storage)
 class StorageAdmin(admin.ModelAdmin):
+    form = StorageForm
     list_display = ["name", "department", "kind", "local_path", "pvc_name"]
     list_filter = ["kind", "department"]
 

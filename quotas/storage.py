@@ -99,6 +99,11 @@ def protected_directories() -> list[Protected]:
     return portal + system_directories()
 
 
+def local_path_refusals(path: str) -> list[str]:
+    """Why a local volume may not point at ``path`` on this host ([] = it may)."""
+    return local_path_problems(path, protected=protected_directories(), allowed_inside=[storage_area()])
+
+
 def storage_area() -> str:
     """The one place under the data root where volumes may live (``make demo`` puts its volumes there)."""
     return str(settings.PORTAL_DATA_ROOT / "storage")
@@ -119,8 +124,7 @@ def _apply(storage: Storage, *, values: dict, explicit_kind: bool, errors: dict[
                                   "make it PVC storage.") % {"name": storage.name})
         pvc_name = ""
         if "local_path" not in errors:  # the caller already said what is wrong with it
-            for message in local_path_problems(local_path, protected=protected_directories(),
-                                               allowed_inside=[storage_area()]):
+            for message in local_path_refusals(local_path):
                 problem("local_path", message)
     elif kind == Storage.Kind.PVC:
         if local_path and not explicit_kind:

@@ -277,3 +277,13 @@ def test_the_path_rule_refuses_what_no_file_name_can_hold_even_without_the_api()
     # The console's forms do not refuse lone surrogates as the API's JSON fields do.
     assert local_path_problems("/srv/\ud800", protected=[]) == [
         "Give a path of printable characters (no control characters), e.g. /data/vision."]
+
+
+def test_the_admin_site_refuses_the_same_paths(world, data_root, client):
+    client.force_login(world.admin)
+    form = {"department": volume().department_id, "name": "vision-scratch", "kind": "local", "local_path": "/etc",
+            "pvc_name": "", "description": ""}
+    response = client.post("/admin/quotas/storage/add/", form)
+    assert response.status_code == 200  # the form again, with the reason
+    assert "/etc is a system directory" in response.content.decode()
+    assert not Storage.objects.filter(name="vision-scratch").exists()
