@@ -1,7 +1,5 @@
 from django import forms
-from django import forms
 from django.contrib import admin
-from django.core.exceptions import ValidationError
 from django.core.exceptions import ValidationError
 
 from config.errors import InvalidInput
