@@ -1,8 +1,10 @@
 """The example training project, examples/digits/train.py, run as the portal runs it.
 
-Each test starts train.py as a real process with the job environment contract
-(TENSORBOARD_LOG_DIR, PORTAL_OUTPUT_DIR, WORLD_SIZE, RANK ...) and checks what a
-user sees: the exit code, the log lines, the model file, the TensorBoard curves.
+Most tests start train.py as a real process with the job environment contract
+(TENSORBOARD_LOG_DIR, PORTAL_OUTPUT_DIR, PORTAL_CHECKPOINT_DIR, WORLD_SIZE, RANK ...) and
+check what a user sees: the exit code, the log lines, the model file, the TensorBoard
+curves. The last one runs it through the portal (API, Celery worker, local executor):
+preempted by a reclaim, it resumes from its checkpoint folder and finishes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ import joblib
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from jobs import services as portal_services
+from jobs.models import Job as PortalJob
+from models_registry.selectors import job_run_dirs
+from quotas.demo import publish_example_repo
+from tests.processes import Processes
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "digits" / "train.py"
@@ -66,14 +74,14 @@ class Job:
         )
         return env
 
-    def start(self, *args: str, rank: int = 0) -> Worker:
+    def start(self, *args: str, rank: int = 0, extra_env: dict[str, str] | None = None) -> Worker:
         self.runs += 1
         stdout = self.root / f"run{self.runs}-rank{rank}.out"
         stderr = self.root / f"run{self.runs}-rank{rank}.err"
         with stdout.open("wb") as out, stderr.open("wb") as err:
             process = subprocess.Popen(
                 [sys.executable, str(TRAIN), *args],
-                env=self.env(rank),
+                env=self.env(rank) | (extra_env or {}),
                 cwd=self.root,
                 stdout=out,
                 stderr=err,
@@ -82,8 +90,8 @@ class Job:
         self.processes.append(process)
         return Worker(process, stdout, stderr)
 
-    def run(self, *args: str, rank: int = 0) -> Worker:
-        worker = self.start(*args, rank=rank)
+    def run(self, *args: str, rank: int = 0, extra_env: dict[str, str] | None = None) -> Worker:
+        worker = self.start(*args, rank=rank, extra_env=extra_env)
         worker.wait()
         return worker
 
@@ -292,3 +300,112 @@ def test_rank_0_fails_with_a_clear_message_when_a_shard_never_comes(two_workers)
     assert rank0.process.returncode == 1
     assert "no shard from rank(s) [1]" in rank0.stderr
     assert not (two_workers.output_dir / "model.joblib").exists()
+
+
+def test_it_checkpoints_into_portal_checkpoint_dir_and_a_rerun_with_a_new_output_dir_resumes(job, tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    first_env = {"PORTAL_CHECKPOINT_DIR": str(checkpoints), "PORTAL_RUN_INDEX": "0"}
+    slow = job.start("--epochs", "6", "--sleep-per-epoch", "1", extra_env=first_env)
+    slow.wait_for_line("epoch 2/6")
+    marker = checkpoints / train.MARKER
+    assert marker.exists(), "a checkpoint after every epoch, each followed by the marker"
+    os.killpg(slow.process.pid, signal.SIGTERM)
+    assert slow.wait(timeout=30) == 0, slow.stdout + slow.stderr
+    reached = joblib.load(checkpoints / "checkpoint.joblib")["epoch"]
+    assert marker.stat().st_mtime >= (checkpoints / "checkpoint.joblib").stat().st_mtime
+    assert not (job.output_dir / "checkpoint.joblib").exists()
+    first = json.loads((job.output_dir / "train-summary.json").read_text())
+    assert (first["run_index"], first["resumed"], first["epochs_this_run"]) == (0, False, reached)
+
+    # The next run gets a new output folder (one per admission) but the same checkpoint folder.
+    job.output_dir = job.root / "output-run-1"
+    resumed = job.run("--epochs", "6", extra_env={**first_env, "PORTAL_RUN_INDEX": "1", "PORTAL_RESUMED": "1"})
+
+    assert resumed.process.returncode == 0, resumed.stdout + resumed.stderr
+    assert "run 1 (resumed after a preemption)" in resumed.stdout
+    assert f"resumed from checkpoint {checkpoints / 'checkpoint.joblib'} at epoch {reached}/6" in resumed.stdout
+    assert f"trained {6 - reached} epochs in this run, 6/6 in total" in resumed.stdout
+    summary = json.loads((job.output_dir / "train-summary.json").read_text())
+    assert summary == {"rank": 0, "run_index": 1, "resumed": True, "epochs_this_run": 6 - reached, "epochs_total": 6,
+                       "epochs": 6, "finished": True}
+    assert_good_model(job.output_dir)
+    assert not (checkpoints / "checkpoint.joblib").exists()
+
+
+# --- Through the portal: preempted by a reclaim, resumed from PORTAL_CHECKPOINT_DIR -------------------
+
+
+def wait_until(predicate, *, timeout: float, what: str, processes):
+    """Poll, playing the periodic reconcile meanwhile (no beat runs here); on time-out show what the portal saw."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        portal_services.jobs_reconcile()
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    for job in PortalJob.objects.order_by("pk"):
+        print(job.pk, job.name, job.status, job.status_message,
+              list(job.events.values_list("to_status", "reason", "message")))
+    print(processes.logs())
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_through_the_portal_a_job_preempted_by_a_reclaim_resumes_from_its_checkpoint(world, tmp_path):
+    processes = Processes(tmp_path)
+    processes.purge_broker()
+    processes.worker()
+    try:
+        repo = publish_example_repo(source=ROOT / "examples" / "digits", target=tmp_path / "digits-repo")
+        bob, alice = world.api(world.bob), world.api(world.alice)
+
+        def submit(client, **fields):
+            response = client.post("/api/v1/jobs/", {"code_url": repo, **fields}, format="json")
+            assert response.status_code == 201, response.json()
+            return response.json()["id"]
+
+        def log(job_id) -> str:
+            return bob.get(f"/api/v1/jobs/{job_id}/logs/").content.decode()
+
+        def status(job_id) -> str:
+            return PortalJob.objects.get(pk=job_id).status
+
+        # nlp borrows all 8 GPUs with preemptible work; vision then takes 2 of its nominal back.
+        borrower = submit(bob, name="digits-resume", department="nlp", gpus_per_worker=8, priority="low",
+                          command="python train.py --epochs 6 --sleep-per-epoch 2")
+        wait_until(lambda: "epoch 2/6" in log(borrower), timeout=600, what="two epochs of the borrower",
+                   processes=processes)
+        claimant = submit(alice, name="claimant", department="vision", gpus_per_worker=2,
+                          command="python -c \"print('vision has its GPUs back')\"")
+        assert PortalJob.objects.get(pk=claimant).pending_reason == "preemption_in_progress"
+        wait_until(lambda: status(claimant) == "succeeded", timeout=180, what="the claimant to run",
+                   processes=processes)
+        wait_until(lambda: status(borrower) in ("succeeded", "failed", "cancelled"), timeout=300,
+                   what="the borrower to run again and end", processes=processes)
+    finally:
+        processes.stop()
+
+    job = PortalJob.objects.get(pk=borrower)
+    assert job.status == "succeeded", job.status_message
+    assert job.preemptions == 1
+    last_log = log(borrower)  # the last run's
+    assert "run 1 (resumed after a preemption)" in last_log  # PORTAL_RUN_INDEX=1, PORTAL_RESUMED=1
+    assert "resumed from checkpoint" in last_log
+    runs = job_run_dirs(job=job, executor_root=portal_services.executor_for(job.cluster).root)
+    first = json.loads((runs[0].output / "train-summary.json").read_text())
+    last = json.loads((runs[-1].output / "train-summary.json").read_text())
+    assert (first["run_index"], first["resumed"]) == (0, False) and first["epochs_this_run"] >= 2
+    assert (last["run_index"], last["resumed"], last["epochs_total"]) == (1, True, 6)
+    assert 0 < last["epochs_this_run"] < last["epochs_total"]
+    assert f"trained {last['epochs_this_run']} epochs in this run, 6/6 in total" in last_log
+    assert_good_model(runs[-1].output)
+    # Lost: the GPU-time from the last checkpoint marker to the stop, not the whole first run.
+    admitted = job.events.filter(to_status="admitted").order_by("id").first().time
+    preempted = job.events.get(to_status="preempted")
+    assert preempted.reason == "reclaim"
+    assert "GPU-seconds lost since its last checkpoint at" in preempted.message
+    whole_run = 8 * (preempted.time - admitted).total_seconds()
+    assert 0 < job.lost_gpu_seconds < whole_run
+    body = bob.get(f"/api/v1/jobs/{borrower}/").json()
+    assert (body["preemptions"], body["lost_gpu_seconds"]) == (1, pytest.approx(job.lost_gpu_seconds))
