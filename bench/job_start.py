@@ -2,11 +2,16 @@
 
 Starts the real portal (daphne, a Celery worker and beat, as `make run` does) on a
 fresh data root with SQLite, warms the environment cache with one job, then
-submits N trivial jobs one after another through the REST API and times each.
+submits N trivial jobs one after another through the REST API and times each, first
+with the demo's `local` cluster sandboxing its jobs (bubblewrap + slirp4netns, the
+default), then with the same cluster switched to `isolation: none` (plain processes,
+the baseline), in the same run.
 
     python -m bench.job_start [--jobs 20] [--json OUT.json]
 
-Goal (issue 3): p50 submit-to-running <= 1.5 s on a 2-core machine.
+Goal (issue 14): p50 submit-to-running <= 0.5 s with the sandbox on, on a 2-core machine.
+(The switch to `none` is written straight into the database: the portal refuses it for a
+cluster of two departments, which the demo's is.)
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from bench.common import emit, percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-GOAL_P50_RUNNING = 1.5
+GOAL_P50_RUNNING = 0.5
 POLL = 0.02
 
 
@@ -57,25 +62,32 @@ def main() -> None:
         api = Api(f"http://127.0.0.1:{port}")
         api.wait_up()
         api.token = api.post("/api/v1/auth/token/", {"username": "alice", "password": "bench-password-1"})["token"]
-        repo = _repo(data_root / "repo")
-        warm = api.run_one(repo)  # builds the (empty) environment once
-        results = [api.run_one(repo) for _ in range(args.jobs)]
+        repo = _repo(data_root / "repos" / "bench")  # where the portal lets jobs clone from its own disk
+        results, warm = {}, {}
+        for isolation in ("sandbox", "none"):
+            subprocess.run(manage + ["shell", "-c", ISOLATION.format(isolation=isolation)], cwd=ROOT, env=env, check=True)
+            warm[isolation] = api.run_one(repo)  # builds the (empty) environment once
+            results[isolation] = [api.run_one(repo) for _ in range(args.jobs)]
     finally:
         for process in processes:
             process.terminate()
         for process in processes:
             process.wait(timeout=30)
         shutil.rmtree(data_root, ignore_errors=True)
-    report = {
-        "jobs": len(results),
-        "warmup_running_s": round(warm["running"], 3),
-        **_percentiles("submit_to_running", [r["running"] for r in results]),
-        **_percentiles("submit_to_first_log_line", [r["first_log"] for r in results]),
-        "goal_p50_submit_to_running_s": GOAL_P50_RUNNING,
-    }
-    verdict = "meets" if report["submit_to_running_p50_s"] <= GOAL_P50_RUNNING else "MISSES"
+    report = {"jobs": args.jobs}
+    for isolation, runs in results.items():
+        report[isolation] = {
+            "warmup_running_s": round(warm[isolation]["running"], 3),
+            **_percentiles("submit_to_running", [r["running"] for r in runs]),
+            **_percentiles("submit_to_first_log_line", [r["first_log"] for r in runs]),
+        }
+    report["goal_p50_submit_to_running_s"] = GOAL_P50_RUNNING
+    sandboxed, bare = report["sandbox"]["submit_to_running_p50_s"], report["none"]["submit_to_running_p50_s"]
+    report["sandbox_over_none_p50"] = round(sandboxed / bare, 2) if bare else None
+    verdict = "meets" if sandboxed <= GOAL_P50_RUNNING else "MISSES"
     emit(report, json_path=args.json,
-         summary=f"p50 submit-to-running {report['submit_to_running_p50_s']} s {verdict} the goal of <= {GOAL_P50_RUNNING} s")
+         summary=f"p50 submit-to-running {sandboxed} s sandboxed ({bare} s unisolated, x{report['sandbox_over_none_p50']}) "
+                 f"{verdict} the goal of <= {GOAL_P50_RUNNING} s")
 
 
 class Api:
@@ -131,12 +143,16 @@ class Api:
         return marks
 
 
+ISOLATION = ("from quotas.models import Cluster; c = Cluster.objects.get(name='local'); "
+             "c.settings = {{**c.settings, 'isolation': '{isolation}'}}; c.save()")
+
+
 def _percentiles(name: str, values: list[float]) -> dict:
     return {f"{name}_p50_s": round(statistics.median(values), 3), f"{name}_p95_s": round(percentile(values, 0.95), 3)}
 
 
 def _repo(path: Path) -> str:
-    path.mkdir()
+    path.mkdir(parents=True)
     (path / "README").write_text("bench\n")
     git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "-C", str(path)]
     subprocess.run(["git", "init", "-q", str(path)], check=True)

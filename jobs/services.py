@@ -48,6 +48,11 @@ def executor_for(cluster: Cluster) -> Executor:
         return LocalExecutor(
             settings.PORTAL_DATA_ROOT / "executors" / cluster.name,
             allow_local_code=bool(cluster.settings.get("allow_local_code", False)),
+            isolation=str(cluster.settings.get("isolation", "sandbox")),
+            protected_paths=(str(settings.PORTAL_DATA_ROOT), str(settings.BASE_DIR)),
+            shared_code=(str(settings.PORTAL_DATA_ROOT / "repos"),),  # where the demo publishes examples/
+            allowed_indexes=tuple(cluster.settings.get("pip_indexes", ())),
+            extra_ro_paths=tuple(cluster.settings.get("sandbox_ro_paths", ())),
         )
     if cluster.backend == Cluster.Backend.KUBERNETES:
         return _kubernetes_executor(cluster)

@@ -213,6 +213,9 @@ class LocalExecutor:
             problems.append("this host cannot run sandboxed jobs: " + "; ".join(missing))
         elif self.isolation not in ("sandbox", "none"):
             problems.append(f"isolation {self.isolation!r} is not one of sandbox, none")
+        for ref in (job.code_ref, job.commit):
+            if ref and (ref.startswith("-") or any(ch.isspace() or ord(ch) < 32 for ch in ref)):
+                problems.append(f"code ref {ref!r} is not a branch, tag or commit")
         ranks = sorted(w.worker for w in placement.workers)
         if job.workers < 1 or ranks != list(range(job.workers)):
             problems.append(f"placement has workers {ranks}, the job needs one per rank 0..{job.workers - 1}")

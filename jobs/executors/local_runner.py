@@ -68,7 +68,11 @@ _MAX_REQUIREMENTS_FILE = 256 * 1024
 CODE_AT, OUTPUT_AT, TENSORBOARD_AT, CHECKPOINT_AT = "/portal/code", "/portal/output", "/portal/tensorboard", "/portal/checkpoint"
 EXIT_AT, WORKERS_AT, LAUNCHER_AT = "/portal/exit", "/portal/workers.json", "/portal/init.py"
 SOURCE_AT = "/portal/source"  # a repository on this host's disk (clusters that allow local code)
-SANDBOX_MASTER_PORT = 29500  # the sandbox has a network namespace of its own: any port is free
+SANDBOX_MASTER_PORT = 29500
+# Clone "$1" into "$2", check out "$3" if given, write the commit to "$4". `--` makes a ref that is also a file
+# name mean the ref; git still turns a remote branch name into a local branch.
+FETCH = ('git clone --quiet -- "$1" "$2" && cd "$2" && { [ -z "$3" ] || git checkout --quiet "$3" --; } '
+         '&& git rev-parse --verify HEAD > "$4"')  # the sandbox has a network namespace of its own: any port is free
 
 
 def inherited_env(*, sandboxed: bool = False) -> dict[str, str]:
@@ -378,7 +382,7 @@ class Runner:
             files += sandbox.passwd_files(self.uid, self.gid, "/tmp")
         return files
 
-    def setup_step(self, argv: list[str], *, cwd: str, binds=(), env=None, network=False, capture=False) -> tuple[int, str]:
+    def setup_step(self, argv: list[str], *, cwd: str, binds=(), env=None, network=False) -> tuple[int, str]:
         """Run a setup command with its output streamed into the logs; a cancel or the setup deadline stops it."""
         env = {**inherited_env(sandboxed=self.sandboxed), **(env or {})}
         if self.sandboxed:
@@ -404,8 +408,7 @@ class Runner:
                     chunk = os.read(proc.stdout.fileno(), 65536)
                     if not chunk:
                         break
-                    if not capture:
-                        self.tee(chunk)
+                    self.tee(chunk)
                     output = (output + chunk)[-64 * 1024:]
                 elif exited:
                     break
@@ -418,39 +421,35 @@ class Runner:
                 os.killpg(proc.pid, signal.SIGKILL)  # anything it left behind
         self.setup_group = None
         text = output.decode("utf-8", "replace").strip()
-        return code, (text if capture else "\n".join(text.splitlines()[-TAIL_LINES:]))
-
-    def git(self, *args: str, network=False, capture=False, binds=()) -> tuple[int, str]:
-        code_at = CODE_AT if self.sandboxed else str(self.job.code)
-        env = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
-               "GIT_ALLOW_PROTOCOL": "https:http:ssh:git" + (":file" if self.launch["allow_local_code"] else "")}
-        binds = [sandbox.Bind(str(self.job.code), CODE_AT, writable=True), *binds]
-        return self.setup_step(["git", *args], cwd=code_at, binds=binds, env=env, network=network, capture=capture)
+        return code, "\n".join(text.splitlines()[-TAIL_LINES:])
 
     def fetch_code(self) -> str:
         ref = self.spec.commit or self.spec.code_ref  # a re-run (after preemption) keeps the commit it ran
         url = self.spec.code_url
         self.say(f"fetching {url}" + (f" at {ref}" if ref else ""))
         local = self.launch.get("local_source")
-        binds = []
+        binds = [sandbox.Bind(str(self.job.code), CODE_AT, writable=True)]
         if self.sandboxed and local:
             if not os.path.isdir(local):
                 raise Ended(FAILED, "clone_failed", f"fatal: repository '{url}' does not exist")
             # The sandbox sees the repository (and nothing else of this disk) at a path of its own.
-            binds, url = [sandbox.Bind(local, SOURCE_AT)], SOURCE_AT
-        target = CODE_AT if self.sandboxed else str(self.job.code)
-        code, output = self.git("clone", "--quiet", "--", url, target, network=local is None, binds=binds)
+            binds.append(sandbox.Bind(local, SOURCE_AT))
+            url = SOURCE_AT
+        code_at = CODE_AT if self.sandboxed else str(self.job.code)
+        commit_file = self.job.tmp / ".portal-commit"
+        env = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
+               "GIT_ALLOW_PROTOCOL": "https:http:ssh:git" + (":file" if self.launch["allow_local_code"] else "")}
+        # One setup step for clone, checkout and the commit: each sandbox costs a start.
+        code, output = self.setup_step(
+            ["bash", "-c", FETCH, "portal-fetch", url, code_at, ref or "",
+             "/tmp/.portal-commit" if self.sandboxed else str(commit_file)],
+            cwd=code_at, binds=binds, env=env, network=local is None,
+        )
         output = output.replace(SOURCE_AT, self.spec.code_url)
-        if code == 0 and ref:
-            # `--` makes a ref that is also a file name mean the ref; git still turns a remote branch
-            # name into a local branch.
-            code, output = self.git("checkout", "--quiet", ref, "--")
-        if code != 0:
-            raise Ended(FAILED, "clone_failed", output or f"git failed with exit code {code}")
-        code, head = self.git("rev-parse", "--verify", "HEAD", capture=True)
-        commit = head.strip().splitlines()[-1] if head.strip() else ""
+        commit = (read_small(commit_file) or "").strip()
+        commit_file.unlink(missing_ok=True)
         if code != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", commit):  # e.g. a repository without commits
-            raise Ended(FAILED, "clone_failed", head.strip() or "the repository has no commit to run")
+            raise Ended(FAILED, "clone_failed", output or f"git failed with exit code {code}")
         self.say(f"code at commit {commit}")
         return commit
 
