@@ -4,6 +4,9 @@ Owns the TensorBoard rows (jobs.models.TensorBoard) and their rules: who may ope
 of it must be visible to the user), starting one (idempotent: the board of the same job set is
 reused, and started again when it is not running), noticing that its process became ready or died,
 recording visits, and stopping boards nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS.
+It also sees to it that a local board's port is served by the process it started (board_verify): a job
+that killed a board and bound its port must never have its pages proxied to a department on the portal's
+origin, so such a board is stopped and started afresh on another port.
 
 Processes are the backend's (BoardBackend in jobs/executors/tensorboard.py, like the executors), chosen by
 the jobs' cluster: the local backend runs a real `tensorboard` on this host that serves a folder of links
@@ -15,6 +18,7 @@ imports nothing from Django.
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -39,6 +43,11 @@ MAX_COMPARE = 10
 TOUCH_SECONDS = 30
 # A board whose starter vanished between claiming it and recording the process is started again after this.
 CLAIM_SECONDS = 60
+# A running board's listener is looked at fully (/proc/net/tcp and its process's fds, a few ms) at most this
+# often per board; in between, only whether its process still lives, which costs one read of /proc.
+VERIFY_SECONDS = 3
+EXITED = "TensorBoard exited; it starts again when opened."
+NOT_OURS = "This board's process is not the one the portal started; it was stopped and will be started again."
 
 STARTING, RUNNING, STOPPED, FAILED = (TensorBoard.Status.STARTING, TensorBoard.Status.RUNNING,
                                       TensorBoard.Status.STOPPED, TensorBoard.Status.FAILED)
@@ -133,7 +142,8 @@ def board_open(*, user, job_id: int | None = None, board_id: int | None = None, 
     """The board behind a proxy request, started if it is not running and its visit recorded.
 
     None when the user may not see it. A board that failed to start is left failed (its message
-    says why) rather than started on every request of the page; the API starts it again.
+    says why) rather than started on every request of the page; the API starts it again. A running
+    board whose port another process serves comes back stopped, with NOT_OURS as its message.
     """
     if job_id is not None:
         job = selectors.job_get(user=user, job_id=job_id)
@@ -148,6 +158,8 @@ def board_open(*, user, job_id: int | None = None, board_id: int | None = None, 
             return None
         if board.status != RUNNING:
             board = board_ensure(board=board, user=user, restart_failed=False, now=now)
+    if board.status == RUNNING and not board_verify(board=board) and board.message != NOT_OURS:
+        board = board_ensure(board=board, user=user, restart_failed=False, now=now)  # it exited: start it again now
     if board.status == RUNNING:
         board_touch(board=board, now=now)
     return board
@@ -178,7 +190,11 @@ def board_observe(*, board: TensorBoard, now: datetime | None = None) -> TensorB
         backend = board_backend(board)
         if backend.alive(process):
             if board.status == STARTING and backend.ready(process):
-                _settle(board, to=RUNNING, message="")
+                if _owns(backend, process):
+                    _settle(board, to=RUNNING, message="")
+                    _verified[board.pk] = (_identity(board), time.monotonic(), backend)
+                else:
+                    _disown(board, backend, process, message=NOT_OURS)
             return board
     except BoardError as exc:
         if exc.permanent:
@@ -188,8 +204,39 @@ def board_observe(*, board: TensorBoard, now: datetime | None = None) -> TensorB
         output = backend.output(board.pk)
         _settle(board, to=FAILED, message="TensorBoard exited while starting." + (f"\n{output}" if output else ""))
     else:
-        _settle(board, to=STOPPED, message="TensorBoard exited; it starts again when opened.")
+        _settle(board, to=STOPPED, message=EXITED)
     return board
+
+
+_verified: dict[int, tuple[tuple, float, BoardBackend]] = {}  # board id -> (process, when, backend) of its last full look
+
+
+def board_verify(*, board: TensorBoard) -> bool:
+    """Is the running board still served by the process the portal started (every listener on its port)?
+
+    Looked at fully at most every VERIFY_SECONDS per board; in between only whether its process lives
+    (a port can be taken only once its process is gone). A board that is not ours any more is stopped and
+    says why: NOT_OURS when another process answers on its port (it starts afresh, on another port, on the
+    next visit), EXITED when nothing does.
+    """
+    process = _process(board)
+    if board.status != RUNNING or process is None:
+        return False
+    seen = _verified.get(board.pk)
+    clock = time.monotonic()
+    if seen is not None and seen[0] == _identity(board) and clock - seen[1] < VERIFY_SECONDS:
+        if not isinstance(seen[2], LocalBoardBackend) or seen[2].alive(process):
+            return True
+    try:
+        backend = board_backend(board)
+    except BoardError:
+        return True  # a Kubernetes board whose cluster does not answer: its pod is not in reach of jobs here
+    if _owns(backend, process):
+        _verified[board.pk] = (_identity(board), clock, backend)
+        return True
+    exited = not backend.alive(process) and not backend.ready(process)
+    _disown(board, backend, process, message=EXITED if exited else NOT_OURS)
+    return False
 
 
 def board_touch(*, board: TensorBoard, now: datetime | None = None) -> None:
@@ -229,7 +276,7 @@ def boards_reconcile(*, now: datetime | None = None) -> int:
     stopped = boards_stop_idle(now=now)
     for board in TensorBoard.objects.filter(status__in=[STARTING, RUNNING]):
         board = board_observe(board=board, now=now)
-        if board.status == RUNNING:
+        if board.status == RUNNING and board_verify(board=board):
             _call(lambda board=board: board_backend(board).sync_runs(_spec(board)))
     return stopped
 
@@ -273,6 +320,23 @@ def _settle(board: TensorBoard, *, to: str, message: str) -> bool:
     changed = TensorBoard.objects.filter(pk=board.pk, status=board.status, pid=board.pid).update(status=to, message=message)
     board.refresh_from_db()
     return bool(changed)
+
+
+def _owns(backend: BoardBackend, process: BoardProcess) -> bool:
+    # A Kubernetes board is a pod behind a Service in the department's namespace, not a port on this host.
+    return not isinstance(backend, LocalBoardBackend) or backend.owns(process)
+
+
+def _disown(board: TensorBoard, backend: BoardBackend, process: BoardProcess, *, message: str) -> None:
+    """Stop the board whose port is not its own; it starts again, on a new port, when next opened."""
+    _verified.pop(board.pk, None)
+    if _settle(board, to=STOPPED, message=message):
+        # Only our own process is signalled (its pid and start time are checked), never the one on the port.
+        _call(lambda: backend.stop(process))
+
+
+def _identity(board: TensorBoard) -> tuple:
+    return board.pid, board.handle, board.host, board.port
 
 
 def _process(board: TensorBoard) -> BoardProcess | None:

@@ -4,6 +4,8 @@
 Only signed-in users who may see every job of the board get through; everyone else gets 404, so a
 board's existence is never revealed. Path tricks (dot segments, encoded slashes, backslashes, NUL,
 absolute URLs) get 400. A board that is not running is started (503 with Retry-After meanwhile).
+Nothing is forwarded to a board whose port is served by another process than the one the portal started
+(boards.board_verify, looked at on every request and fully every few seconds): 503, and it starts again.
 Responses stream from TensorBoard through one pooled httpx client per event loop; cookies and
 credentials of the portal are never passed on.
 """
@@ -152,6 +154,8 @@ def _not_ready(request, board) -> HttpResponse:
     if board.status == TensorBoard.Status.FAILED:
         return _text(502, f"TensorBoard could not start: {board.message}\nStart it again from the job page.")
     message = "TensorBoard is starting; try again in a few seconds."
+    if board.status == TensorBoard.Status.STOPPED and board.message:
+        message = board.message  # boards.NOT_OURS: stopped just now, started again by the next request
     if "text/html" in request.headers.get("Accept", ""):
         response = HttpResponse(
             f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="{RETRY_SECONDS}">'

@@ -17,6 +17,9 @@ Async, and on every prediction's path, so per request it does no database query 
   every FLUSH_REQUESTS requests (deployments.stats_flush), request_id -> variant kept in the cache for
   feedback for FEEDBACK_TTL seconds.
 Outsiders get 404 as if the deployment did not exist; anonymous callers 401.
+Nothing is sent to a local model server whose port another process serves (a job that killed it and bound
+its port): servers.server_verify is asked at most every OWNER_CHECK_SECONDS per variant, and in between
+only whether the server's process lives (one read of /proc); such a variant answers 503 and is restarted.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
-from models_registry import deployments, traffic
+from jobs.executors import local_procs
+from models_registry import deployments, servers, traffic
 from models_registry.serving.client import UpstreamError
 from models_registry.serving.client import client as model_client
 from quotas import permissions, tokens
@@ -57,6 +61,7 @@ FEEDBACK_TTL = 24 * 3600
 UPSTREAM_TIMEOUT = 30.0
 SHADOW_TIMEOUT = 10.0
 MAX_BODY = 16 * 1024 * 1024
+OWNER_CHECK_SECONDS = 3.0
 _PREFIX = b'{"predictions":'
 
 
@@ -125,8 +130,9 @@ async def _table(name: str) -> Table | None:
 
 
 def tables_forget() -> None:
-    """Drop every cached routing table (tests that rebuild the world)."""
+    """Drop every cached routing table and look at servers (tests that rebuild the world)."""
     _tables.clear()
+    _owners.clear()
 
 
 # --- Callers -----------------------------------------------------------------------------------------
@@ -296,8 +302,39 @@ def _spawn(coroutine) -> None:
 
 # --- Upstream ----------------------------------------------------------------------------------------
 
+@dataclass
+class _Owner:
+    address: tuple[str, int]
+    checked_at: float
+    pid: int | None  # None: not a process on this host (an InferenceService)
+    started: int | None
+
+
+_owners: dict[int, _Owner] = {}  # variant id -> the last full look at its server
+
+
+async def _refusal(route: Route) -> str:
+    """"" when the route's server is the process the portal started for it; otherwise why it is not used."""
+    seen = _owners.get(route.id)
+    now = time.monotonic()
+    if seen is not None and seen.address == (route.host, route.port):
+        if now - seen.checked_at >= OWNER_CHECK_SECONDS:
+            seen.checked_at = now  # the other requests of this moment keep the last answer meanwhile
+        elif seen.pid is None or local_procs.alive(seen.pid, seen.started):
+            return ""
+    owner = await sync_to_async(_fresh(servers.server_verify))(variant_id=route.id, host=route.host, port=route.port)
+    if owner.ours:
+        _owners[route.id] = _Owner((route.host, route.port), time.monotonic(), owner.pid, owner.started)
+        return ""
+    _owners.pop(route.id, None)
+    return owner.message
+
+
 async def _mirror(route: Route, body: bytes, primary: bytes) -> None:
     """Send the shadow its copy; record its latency, errors and whether it agreed with the primary."""
+    if await _refusal(route):
+        _record(route.id, None, error=True)
+        return
     started = time.perf_counter()
     try:
         status, content = await model_client().post(route.host, route.port, route.path, body, timeout=SHADOW_TIMEOUT)
@@ -331,6 +368,10 @@ async def _predict(caller: Caller, deployment: str, body: bytes, routing_key: st
     if not table.choices:
         return _error(503, "No variant of this deployment has a ready model server yet; try again shortly.", retry=True)
     route = table.routes[traffic.choose(table.choices, routing_key=routing_key, sticky=table.sticky, rng=random).variant]
+    refusal = await _refusal(route)
+    if refusal:
+        table.checked_at = 0.0  # its server is failed now: look at the database on the next request
+        return _error(503, f"Variant {route.name}: {refusal}", retry=True)
     started = time.perf_counter()
     try:
         status, content = await model_client().post(route.host, route.port, route.path, body, timeout=UPSTREAM_TIMEOUT)

@@ -2,7 +2,9 @@
 
 Owns the ModelServer rows: servers_reconcile starts missing servers, notices ready and crashed ones,
 restarts crashed ones with backoff and a restart count, and stops those of removed variants (and orphans
-whose rows are gone); servers_stop stops them. The servers themselves are the serving backend's, chosen
+whose rows are gone); servers_stop stops them. server_verify answers the router whether the process on a
+local server's port is still the one the portal started (a job could kill it and bind its port); one that
+is not is marked failed (NOT_OURS) and started again, on a new port, like a crashed one. The servers themselves are the serving backend's, chosen
 by the deployment's cluster: local processes (models_registry/serving/local.py) or KServe
 InferenceServices (models_registry/serving/kubernetes.py), adapters like the executors. Rules about
 deployments, variants and rollouts are in models_registry/deployments.py.
@@ -11,6 +13,7 @@ deployments, variants and rollouts are in models_registry/deployments.py.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -34,6 +37,8 @@ START_TIMEOUT = timedelta(seconds=60)  # a server not ready by then is killed an
 MAX_BACKOFF_SECONDS = 60
 # Only tests inject latency or errors into model servers (ModelVersion.tags "fault.delay_ms", "fault.fail_rate").
 FAULT_TAGS = ("delay_ms", "fail_rate")
+
+NOT_OURS = "This server's process is not the one the portal started; it was stopped and will be started again."
 
 STARTING, READY, FAILED, STOPPED = (ModelServer.Status.STARTING, ModelServer.Status.READY,
                                     ModelServer.Status.FAILED, ModelServer.Status.STOPPED)
@@ -85,8 +90,11 @@ def _reconcile_one(variant: Variant, backend: ServingBackend, counts: dict[str, 
     process = _process(server, variant)
     if server.status == READY:
         if process is not None and backend.alive(process):
-            return
-        message = "The server exited; restarting it." + _tail(backend, variant)
+            if _owns(backend, process):
+                return
+            message = NOT_OURS
+        else:
+            message = "The server exited; restarting it." + _tail(backend, variant)
         if process is not None:
             backend.stop(process)  # a failed InferenceService stays until deleted; a dead process: no-op
         ModelServer.objects.filter(pk=server.pk, status=READY, pid=server.pid).update(
@@ -95,6 +103,11 @@ def _reconcile_one(variant: Variant, backend: ServingBackend, counts: dict[str, 
     if server.status == STARTING:
         if process is not None and backend.alive(process):
             if backend.ready(process):
+                if not _owns(backend, process):  # another process answers on its port
+                    backend.stop(process)
+                    ModelServer.objects.filter(pk=server.pk, status=STARTING, pid=server.pid).update(
+                        status=FAILED, checked_at=now, message=NOT_OURS)
+                    return
                 counts["ready"] += ModelServer.objects.filter(pk=server.pk, status=STARTING, pid=server.pid).update(
                     status=READY, checked_at=now, message="", url=_url(backend, process))
                 return
@@ -118,6 +131,43 @@ def _reconcile_one(variant: Variant, backend: ServingBackend, counts: dict[str, 
         counts["restarted"] += _start(server, variant, backend, now=now, restart=True)
     elif server.status == STOPPED:
         counts["started"] += _start(server, variant, backend, now=now, restart=False)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """server_verify's answer: may the router send to that address, and which process to watch meanwhile."""
+    ours: bool
+    message: str = ""
+    pid: int | None = None  # a local server's process, and its start time: looked at on every request
+    started: int | None = None
+
+
+def server_verify(*, variant_id: int, host: str, port: int) -> Owner:
+    """Is host:port, where the router would send the variant's requests, served by the process the portal
+    started for it? A local server that is not is stopped and marked failed; servers_reconcile starts it again."""
+    server = (ModelServer.objects.select_related("variant__version__model", "variant__deployment__cluster")
+              .filter(variant_id=variant_id).first())
+    if server is None or server.status != READY:
+        return Owner(ours=False, message="Its model server is not ready any more; try again shortly.")
+    cluster = server.variant.deployment.cluster
+    if cluster is not None and cluster.backend != Cluster.Backend.LOCAL:
+        return Owner(ours=True)  # an InferenceService in the department's namespace, not a port on this host
+    if server.url != f"http://{host}:{port}":
+        return Owner(ours=False, message="Its model server moved; try again shortly.")
+    backend = serving_backend(None)
+    process = _process(server, server.variant)
+    if process is not None and backend.owns(process):
+        return Owner(ours=True, pid=process.pid, started=int(process.handle) if process.handle else None)
+    exited = process is None or (not backend.alive(process) and not backend.ready(process))
+    message = "The server exited; restarting it." if exited else NOT_OURS
+    if ModelServer.objects.filter(pk=server.pk, status=READY, pid=server.pid).update(
+            status=FAILED, checked_at=timezone.now(), message=message) and process is not None:
+        backend.stop(process)  # only our own process: its pid and start time are checked, never the one on the port
+    return Owner(ours=False, message=message)
+
+
+def _owns(backend: ServingBackend, process: ServerProcess) -> bool:
+    return not isinstance(backend, LocalServingBackend) or backend.owns(process)
 
 
 def backoff_seconds(restarts: int) -> float:

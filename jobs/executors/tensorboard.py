@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from jobs.executors import local_procs
+from jobs.executors import listeners, local_procs
 
 
 class BoardError(Exception):
@@ -76,6 +76,7 @@ class LocalBoardBackend:
             raise BoardError(f"TensorBoard is not installed: {self.binary} is missing.", permanent=True)
         self.sync_runs(spec)
         port = _free_port()
+        # --host 127.0.0.1: never the wildcard; jobs' sandboxes have their own loopback, so it is out of their reach.
         # --load_fast false: the pure-Python loader, not the Rust data server (one process, no extra binary).
         argv = [str(self.binary), "--logdir", str(self._folder(spec.board_id) / "runs"), "--path_prefix",
                 spec.path_prefix, "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"]
@@ -101,6 +102,15 @@ class LocalBoardBackend:
 
     def alive(self, process: BoardProcess) -> bool:
         return process.pid is not None and local_procs.alive(process.pid, int(process.handle) if process.handle else None)
+
+    def owns(self, process: BoardProcess) -> bool:
+        """Does the process started here (or a child of it) hold every listener on its address? A job that
+        killed the board and bound its port must never be proxied to. TensorBoard has no Unix-socket flag."""
+        try:
+            return listeners.is_ours(process.pid, int(process.handle) if process.handle else None,
+                                     process.host, process.port)
+        except (OSError, ValueError):
+            return False
 
     def ready(self, process: BoardProcess) -> bool:
         try:

@@ -3,6 +3,9 @@
 models_registry/deployments.py owns the rows and the rules (when to start, restart, stop).
 
 Folder: <root>/<server_id>/server.log (its output, to say why it died).
+
+Servers listen on 127.0.0.1 only (jobs' sandboxes have a loopback of their own), and ``owns`` tells
+whether the process on a server's port is still the one started here (jobs/executors/listeners.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from jobs.executors import local_procs
+from jobs.executors import listeners, local_procs
 
 
 class ServingError(Exception):
@@ -82,7 +85,7 @@ class LocalServingBackend:
             raise ServingError(f"cannot prepare the folder of model server {spec.server_id}: {exc}", permanent=False) from exc
         port = _free_port()
         argv = [self.python, "-m", "models_registry.serving.server", "--model-name", spec.model_name,
-                "--artifact", str(spec.artifact), "--port", str(port), "--store", str(spec.store_root)]
+                "--artifact", str(spec.artifact), "--host", "127.0.0.1", "--port", str(port), "--store", str(spec.store_root)]
         for name, value in sorted(spec.faults.items()):
             argv += [f"--{name.replace('_', '-')}", str(value)]
         try:
@@ -106,6 +109,14 @@ class LocalServingBackend:
             return False
         finally:
             connection.close()
+
+    def owns(self, process: ServerProcess) -> bool:
+        """Does the process started here (or a child of it) hold every listener on its port?"""
+        host, _, port = process.url.removeprefix("http://").rpartition(":")
+        try:
+            return listeners.is_ours(process.pid, int(process.handle) if process.handle else None, host, int(port))
+        except (OSError, ValueError):
+            return False
 
     def alive(self, process: ServerProcess) -> bool:
         return process.pid is not None and local_procs.alive(process.pid, int(process.handle) if process.handle else None)
