@@ -34,6 +34,8 @@ from jobs.executors.local_runner import conclude_unsupervised
 _SOURCE_ROOT = Path(__file__).resolve().parents[2]
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _REMOTE_SCHEMES = {"https", "http", "ssh", "git"}
+# Where a mount cannot go in a sandbox: the system and the job's own folders.
+RESERVED_PATHS = ("/portal", "/usr", "/etc", "/proc", "/dev", "/sys", "/bin", "/sbin", "/lib", "/lib64", "/tmp")
 _STATE_FIELDS = [f.name for f in dataclasses.fields(ObservedState)]
 
 
@@ -213,6 +215,13 @@ class LocalExecutor:
             problems.append("this host cannot run sandboxed jobs: " + "; ".join(missing))
         elif self.isolation not in ("sandbox", "none"):
             problems.append(f"isolation {self.isolation!r} is not one of sandbox, none")
+        for mount in job.mounts:
+            # Checked again here, not only when the storage was saved: a symlink on the way may have moved since.
+            real = os.path.realpath(mount.source)
+            if not os.path.isabs(mount.source) or _inside(real, self.protected_paths) or real == "/":
+                problems.append(f"storage {mount.name!r} points at {mount.source}, inside the portal's own folders")
+            elif not os.path.isabs(mount.path) or ".." in mount.path.split("/") or _inside(mount.path, RESERVED_PATHS):
+                problems.append(f"storage {mount.name!r} cannot be mounted at {mount.path}")
         for ref in (job.code_ref, job.commit):
             if ref and (ref.startswith("-") or any(ch.isspace() or ord(ch) < 32 for ch in ref)):
                 problems.append(f"code ref {ref!r} is not a branch, tag or commit")

@@ -288,3 +288,46 @@ class TestLocalExecutor(ExecutorContract):
         state = harness.state(job)
         assert (state.phase, state.reason) == ("lost", "lost"), state
         wait_for(lambda: group_gone(clone["pgid"]), what="git to be killed")
+
+
+class TestSandbox:
+    """What only the sandbox promises: read-only mounts at the path asked for, a read-only environment."""
+
+    @pytest.fixture
+    def harness(self, tmp_path_factory):
+        harness = LocalHarness(LocalExecutor(tmp_path_factory.mktemp("sandbox-only"), isolation="sandbox"))
+        yield harness
+        harness.cleanup()
+
+    def test_a_read_only_mount_refuses_writes_at_the_requested_path(self, harness, tmp_path):
+        repo = GitRepo(tmp_path / "repo")
+        repo.commit({"probe.sh": 'cat /data/corpus/hello.txt; echo; if echo x > /data/corpus/new.txt; then echo WROTE-RO; fi\n'
+                                 'echo ok > /data/scratch/new.txt && echo wrote-rw\n'})
+        corpus, scratch = harness.mount("corpus", tmp_path), harness.mount("scratch", tmp_path)
+        corpus = Mount(corpus.name, "/data/corpus", corpus.source, read_only=True)
+        os.chmod(scratch.source, 0o777)  # the department's uid must be able to write there, as on a real server
+        job = harness.launch(harness.spec(repo.path.as_uri(), "bash probe.sh", mounts=(corpus, scratch)))
+        assert harness.wait_final(job).phase == "succeeded"
+        out = command_output(harness.log(job))
+        assert out[0] == "corpus"  # the mount is where the job asked for it
+        assert "Read-only file system" in harness.log(job) and "WROTE-RO" not in out
+        assert not (Path(corpus.source) / "new.txt").exists()
+        assert "wrote-rw" in out and (Path(scratch.source) / "new.txt").read_text() == "ok\n"
+
+    def test_the_environment_is_read_only_and_pip_says_what_to_do(self, harness, tmp_path):
+        repo = GitRepo(tmp_path / "repo")
+        repo.commit({"probe.sh": 'site=$(python -c "import sysconfig; print(sysconfig.get_paths()[\'purelib\'])")\n'
+                                 'if echo "import os" > "$site/evil.pth"; then echo PLANTED; fi\npip install requests\n'})
+        job = harness.launch(harness.spec(repo.path.as_uri(), "bash probe.sh"))
+        state = harness.wait_final(job)
+        log = harness.log(job)
+        assert "PLANTED" not in command_output(log) and "Read-only file system" in log
+        assert state.phase == "failed" and "shared and read-only" in log and "requirements" in log
+
+    def test_a_mount_inside_the_portals_folders_is_refused(self, harness, tmp_path):
+        inside = harness.executor.root / "jobs"
+        inside.mkdir(parents=True, exist_ok=True)
+        with pytest.raises(ExecutorError) as refused:
+            harness.executor.launch(harness.spec("https://example.com/r.git", "true",
+                                                 mounts=(Mount("sneaky", "/data", str(inside)),)), harness.placement(()))
+        assert refused.value.permanent and "portal's own folders" in refused.value.message
