@@ -31,9 +31,8 @@ from config.errors import Conflict, InvalidInput
 from jobs import selectors
 from jobs.executors.base import ExecutorError
 from jobs.executors.local_jobdir import JobDir
-from jobs.executors.manifests import tensorboard_subpath
 from jobs.executors.tensorboard import BoardBackend, BoardError, BoardProcess, BoardSpec, LocalBoardBackend
-from jobs.executors.tensorboard_k8s import DEFAULT_IMAGE, KubeBoardSpec, KubernetesBoardBackend
+from jobs.executors.tensorboard_k8s import DEFAULT_IMAGE, KubeBoardSpec, KubernetesBoardBackend, job_run
 from jobs.models import Job, TensorBoard
 from jobs.services import cluster_settings, executor_for, kube_for
 from quotas.models import Cluster
@@ -351,7 +350,7 @@ def _spec(board: TensorBoard) -> BoardSpec:
     if jobs and jobs[0].cluster.backend == Cluster.Backend.KUBERNETES:
         # Event files are on the department's job volume under each run's subPath (jobs/executors/manifests.py).
         # Only the current run is known there: earlier runs of a re-queued job are not listed.
-        runs = [(f"{_run_name(job)}-{job.run_id}", tensorboard_subpath(job.run_id)) for job in jobs if job.run_id]
+        runs = [job_run(f"{_run_name(job)}-{job.pk}", str(job.pk)) for job in jobs]
         return KubeBoardSpec(board_id=board.pk, path_prefix=board_url(board).rstrip("/"), runs=tuple(runs),
                              department=jobs[0].department.slug)
     for job in jobs:

@@ -72,6 +72,13 @@ def job_run_dirs(*, job: Job, executor_root: Path) -> list[JobDir]:
     return [JobDir(jobs_root / name) for name in names]
 
 
+def job_tensorboard_runs(*, job: Job, executor_root: Path) -> list[Path]:
+    """The job's TensorBoard folders of today's layout, <executor root>/tensorboard/<job id>/run-<n>/, in run order."""
+    folder = Path(executor_root) / "tensorboard" / str(job.pk)
+    runs = [p for p in folder.glob("run-*") if p.name[4:].isdigit() and not p.is_symlink()]
+    return sorted(runs, key=lambda p: int(p.name[4:]))
+
+
 def tensorboard_scalars(folders: list[Path]) -> dict[str, float]:
     """The last value of every scalar tag in the event files under the folders (one per run of a job).
 

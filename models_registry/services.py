@@ -336,9 +336,10 @@ def _job_metrics(job: Job) -> dict[str, float]:
     except ExecutorError:
         return {}
     runs = selectors.job_run_dirs(job=job, executor_root=root)
+    folders = [run.tensorboard for run in runs] + selectors.job_tensorboard_runs(job=job, executor_root=root)
     # Read from copies: the event files are the job's, and a FIFO or a link there must not hang or leak.
     with tempfile.TemporaryDirectory() as scratch:
-        return selectors.tensorboard_scalars(artifacts.readable_copies([run.tensorboard for run in runs], Path(scratch)))
+        return selectors.tensorboard_scalars(artifacts.readable_copies(folders, Path(scratch)))
 
 
 def version_update(*, user, version: ModelVersion, aliases: list[str] | None = None, tags: dict | None = None) -> ModelVersion:

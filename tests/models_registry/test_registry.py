@@ -185,6 +185,21 @@ def test_a_requeued_jobs_metrics_come_from_its_latest_run_and_workers_are_told_a
     assert body["metrics"] == {"accuracy/test_averaged": 0.75, "worker-0/loss": 0.25, "worker-1/loss": 1.25}
 
 
+def test_metrics_also_come_from_the_per_job_tensorboard_folder_of_resumed_runs(registry, settings):
+    # Today's layout (local_jobdir.JobDir.tensorboard_run): <executor root>/tensorboard/<job id>/run-<n>/.
+    job = succeeded_job(registry, settings, scalars={})
+    per_job = run_dir(settings, job).parent.parent / "tensorboard" / str(job.pk)
+    for index, loss, wall in ((0, 0.5, 1_000.0), (1, 0.25, 2_000.0)):
+        writer = SummaryWriter(logdir=str(per_job / f"run-{index}"))
+        writer.add_scalar("loss", loss, 10, walltime=wall)
+        writer.close()
+    create_model(registry)
+
+    body = registered(registry, {"source_job": job.pk, "artifact_path": "model.joblib"})
+
+    assert body["metrics"] == {"loss": 0.25}  # the resumed run's, not prefixed by its run folder
+
+
 def test_a_folder_is_copied_whole(registry, settings):
     job = succeeded_job(registry, settings, files={"model/weights.bin": b"w" * 10, "model/config.json": b"{}"})
     create_model(registry)
