@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
@@ -81,8 +82,11 @@ def available() -> list[str]:
     missing = [tool for tool in ("bwrap", "slirp4netns") if shutil.which(tool) is None]
     if os.geteuid() == 0 and not shutil.which("setpriv"):
         missing.append("setpriv")
-    return [f"{tool} is not installed (Debian: apt-get install {'bubblewrap' if tool == 'bwrap' else tool})"
-            for tool in missing]
+    problems = [f"{tool} is not installed (Debian: apt-get install {'bubblewrap' if tool == 'bwrap' else tool})"
+                for tool in missing]
+    if not os.access("/dev/net/tun", os.R_OK | os.W_OK):
+        problems.append("/dev/net/tun cannot be opened by the portal's user (slirp4netns needs it; it is 0666 on Debian)")
+    return problems
 
 
 def gpu_devices(gpus: tuple[int, ...]) -> list[str]:
@@ -101,7 +105,7 @@ def bwrap_argv(box: Sandbox, *, files_dir: Path, info_fd: int, block_fd: int | N
         argv += ["--block-fd", str(block_fd)]
     root = os.geteuid() == 0
     if not root:
-        argv += ["--unshare-user", "--disable-userns"]
+        argv += ["--unshare-user"]
     if box.die_with_parent:
         argv.append("--die-with-parent")
     if box.as_pid_1:
@@ -224,19 +228,40 @@ def _wait_blocked(pid: int, fd: int, timeout: float = 5) -> None:
         time.sleep(0.001)
 
 
+NS_GET_USERNS = 0xB701  # ioctl on a namespace fd: the user namespace that owns it (linux/nsfs.h)
+
+
+def _owning_userns(pid: int) -> int:
+    net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return fcntl.ioctl(net, NS_GET_USERNS)
+    except OSError as exc:
+        raise SandboxError(f"cannot find the sandbox's user namespace: {exc}") from exc
+    finally:
+        os.close(net)
+
+
 def _start_network(pid: int, exit_fd: int) -> int:
     ready_r, ready_w = os.pipe()
     argv = ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback", "--exit-fd", str(exit_fd),
             "--ready-fd", str(ready_w)]
+    fds = [exit_fd, ready_w]
     if os.geteuid() != 0:
-        argv.append(f"--userns-path=/proc/{pid}/ns/user")
+        # The user namespace that owns the sandbox's network namespace: bwrap nests a second one (for /dev's
+        # devpts) that the sandbox's process is in, and joining that one gives no rights over the network.
+        userns = _owning_userns(pid)
+        fds.append(userns)
+        argv.append(f"--userns-path=/proc/self/fd/{userns}")
     try:
         net = subprocess.Popen([*argv, str(pid), "tap0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, pass_fds=(exit_fd, ready_w), start_new_session=True)
+                               stderr=subprocess.PIPE, pass_fds=tuple(fds), start_new_session=True)
     except OSError as exc:
         os.close(ready_r)
         os.close(ready_w)
         raise SandboxError(f"cannot run slirp4netns: {exc}") from exc
+    finally:
+        for fd in fds[2:]:
+            os.close(fd)
     os.close(ready_w)
     try:
         ready = os.read(ready_r, 1)
