@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: install install-dev chromium sandbox run test test-k8s migrate clean
+.PHONY: install install-dev chromium sandbox run test test-gpu test-k8s migrate clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,10 @@ chromium:
 # Tests keep their files (test databases, broker folder, screenshots) apart from `make run`'s.
 test: install-dev chromium sandbox
 	PORTAL_DATA_ROOT="$${PORTAL_TEST_DATA_ROOT:-$(CURDIR)/var/test}" $(PY) -m pytest
+
+# On a machine with NVIDIA GPUs: what a sandboxed job sees of them (tests/gpu; skipped everywhere else).
+test-gpu: install-dev sandbox
+	PORTAL_DATA_ROOT="$${PORTAL_TEST_DATA_ROOT:-$(CURDIR)/var/test-gpu}" $(PY) -m pytest -v tests/gpu
 
 # The executor contract suite against a real cluster with the Training Operator (never run by `make test`):
 # KUBECONFIG plus the PORTAL_K8S_* variables that tests/k8s/test_contract_on_cluster.py documents.
