@@ -437,8 +437,11 @@ class Runner:
             url = SOURCE_AT
         code_at = CODE_AT if self.sandboxed else str(self.job.code)
         commit_file = self.job.tmp / ".portal-commit"
-        env = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
-               "GIT_ALLOW_PROTOCOL": "https:http:ssh:git" + (":file" if self.launch["allow_local_code"] else "")}
+        # Trusted mode keeps the portal's git settings and SSH agent for private repositories; a sandboxed clone
+        # gets neither (the agent's socket would hand the portal's keys to whatever runs next to git).
+        env = {} if self.sandboxed else {k: v for k, v in os.environ.items() if k.startswith(("GIT_", "SSH_AUTH_SOCK"))}
+        env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
+                    "GIT_ALLOW_PROTOCOL": "https:http:ssh:git" + (":file" if self.launch["allow_local_code"] else "")})
         # One setup step for clone, checkout and the commit: each sandbox costs a start.
         code, output = self.setup_step(
             ["bash", "-c", FETCH, "portal-fetch", url, code_at, ref or "",
