@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -41,6 +41,8 @@ RELAUNCH_AFTER_SECONDS = 30
 # A job asked to stop (cancel, preemption) that still holds its GPUs this long after its grace period is
 # told again: the worker that held the stop task may have died with it. Stopping is idempotent.
 RESEND_STOP_AFTER_SECONDS = 30
+# How far in the future a job's checkpoint marker may be dated and still be believed.
+CLOCK_SKEW = timedelta(seconds=5)
 
 
 def executor_for(cluster: Cluster) -> Executor:
@@ -229,6 +231,8 @@ def job_observe(*, job: Job, state: ObservedState) -> bool:
     """Apply what the executor reports. True when the job ended (its GPUs were released)."""
     fields = {"commit": state.commit} if state.commit and state.commit != job.commit else {}
     checkpoint = _from_epoch(state.checkpoint_at) if state.checkpoint_at else None
+    if checkpoint and checkpoint > timezone.now() + CLOCK_SKEW:
+        checkpoint = None  # the job sets its marker's mtime: one in the future would make every loss vanish
     if checkpoint and (job.checkpoint_at is None or checkpoint > job.checkpoint_at):
         fields["checkpoint_at"] = checkpoint
     try:

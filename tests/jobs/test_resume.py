@@ -153,3 +153,10 @@ def test_one_board_shows_every_run_of_a_job_beside_its_runs_of_the_old_layout(po
 
     runs = poll(lambda: len(t := tags(f"/tensorboard/{job.pk}/", portal.alice)) == 3 and t, what="three runs")
     assert sorted(runs) == sorted([f"resumed-{old_run}", f"resumed-{job.pk}/run-0", f"resumed-{job.pk}/run-1"])
+
+
+def test_a_checkpoint_marker_dated_in_the_future_is_not_believed(world, borrower):
+    # The job owns its marker and can set its mtime: a date to come would make every preemption cost nothing.
+    job = reclaim(world, borrower, checkpoint_at=timezone.now().timestamp() + 86400)
+    assert job.checkpoint_at is None
+    assert job.lost_gpu_seconds == pytest.approx(8 * 1.5 * HOUR)
