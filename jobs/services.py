@@ -53,6 +53,7 @@ def executor_for(cluster: Cluster) -> Executor:
             isolation=str(cluster.settings.get("isolation", "sandbox")),
             protected_paths=(str(settings.PORTAL_DATA_ROOT), str(settings.BASE_DIR)),
             shared_code=(str(settings.PORTAL_DATA_ROOT / "repos"),),  # where the demo publishes examples/
+            shared_storage=(str(settings.PORTAL_DATA_ROOT / "storage"),),  # the demo's volumes (quotas.storage_paths)
             allowed_indexes=tuple(cluster.settings.get("pip_indexes", ())),
             extra_ro_paths=tuple(cluster.settings.get("sandbox_ro_paths", ())),
         )

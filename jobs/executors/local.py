@@ -79,6 +79,7 @@ class LocalExecutor:
         self, root: Path, *, python: str | None = None, allow_local_code: bool = True, master_addr: str = "127.0.0.1",
         isolation: str = "sandbox", uid_base: int = 200000, protected_paths: tuple[str, ...] = (),
         allowed_indexes: tuple[str, ...] = (), extra_ro_paths: tuple[str, ...] = (), shared_code: tuple[str, ...] = (),
+        shared_storage: tuple[str, ...] = (),
     ):
         self.root = Path(root)
         self.python = python or base_python()  # job virtualenvs are built on it
@@ -89,6 +90,7 @@ class LocalExecutor:
         # Code is never cloned from these (the portal's data root and checkout: other jobs' code lives there).
         self.protected_paths = tuple(os.path.realpath(p) for p in (self.root, _SOURCE_ROOT, *protected_paths))
         self.shared_code = tuple(os.path.realpath(p) for p in shared_code)  # inside those, but published for jobs
+        self.shared_storage = tuple(os.path.realpath(p) for p in shared_storage)  # the same, for storage volumes
         self.allowed_indexes = allowed_indexes
         self.extra_ro_paths = extra_ro_paths  # more host folders jobs see read-only (e.g. /opt/conda)
 
@@ -218,7 +220,9 @@ class LocalExecutor:
         for mount in job.mounts:
             # Checked again here, not only when the storage was saved: a symlink on the way may have moved since.
             real = os.path.realpath(mount.source)
-            if not os.path.isabs(mount.source) or _inside(real, self.protected_paths) or real == "/":
+            protected = _inside(real, self.protected_paths) and not (
+                _inside(real, self.shared_storage) and real not in self.shared_storage)
+            if not os.path.isabs(mount.source) or protected or real == "/":
                 problems.append(f"storage {mount.name!r} points at {mount.source}, inside the portal's own folders")
             elif not os.path.isabs(mount.path) or ".." in mount.path.split("/") or _inside(mount.path, RESERVED_PATHS):
                 problems.append(f"storage {mount.name!r} cannot be mounted at {mount.path}")

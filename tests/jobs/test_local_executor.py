@@ -331,3 +331,23 @@ class TestSandbox:
             harness.executor.launch(harness.spec("https://example.com/r.git", "true",
                                                  mounts=(Mount("sneaky", "/data", str(inside)),)), harness.placement(()))
         assert refused.value.permanent and "portal's own folders" in refused.value.message
+
+    def test_a_volume_under_the_shared_storage_folder_of_the_data_root_is_mounted(self, tmp_path):
+        root = tmp_path / "data"
+        volume = root / "storage" / "vision-datasets"
+        volume.mkdir(parents=True)
+        (volume / "hello.txt").write_text("vision-datasets")
+        harness = LocalHarness(LocalExecutor(root / "executors" / "local", protected_paths=(str(root),),
+                                             shared_storage=(str(root / "storage"),)))
+        try:
+            repo = GitRepo(tmp_path / "repo")
+            repo.commit({"probe.sh": "cat /data/ds/hello.txt\n"})
+            job = harness.launch(harness.spec(repo.path.as_uri(), "bash probe.sh",
+                                              mounts=(Mount("vision-datasets", "/data/ds", str(volume), True),)))
+            assert harness.wait_final(job).phase == "succeeded"
+            assert command_output(harness.log(job))[-1] == "vision-datasets"
+            with pytest.raises(ExecutorError):  # the folder itself, which holds every volume, is not one
+                harness.executor.launch(harness.spec(repo.path.as_uri(), "true", mounts=(
+                    Mount("all", "/data/all", str(root / "storage")),)), harness.placement(()))
+        finally:
+            harness.cleanup()
