@@ -56,7 +56,9 @@ def board_backend(board: TensorBoard | None = None) -> BoardBackend:
     """The backend of the board's jobs' cluster (they share one: board_start_compare sees to it)."""
     cluster = _cluster_of(board) if board is not None else None
     if cluster is None or cluster.backend != Cluster.Backend.KUBERNETES:
-        return LocalBoardBackend(settings.PORTAL_DATA_ROOT / "tensorboard")
+        # A trusted cluster (isolation: none) runs its boards as plain processes, like its jobs.
+        trusted = cluster is not None and cluster.settings.get("isolation") == "none"
+        return LocalBoardBackend(settings.PORTAL_DATA_ROOT / "tensorboard", sandboxed=False if trusted else None)
     try:
         return KubernetesBoardBackend(
             kube_for(cluster), cluster_settings(cluster), image=cluster.settings.get("tensorboard_image") or DEFAULT_IMAGE,

@@ -47,7 +47,9 @@ STARTING, READY, FAILED, STOPPED = (ModelServer.Status.STARTING, ModelServer.Sta
 def serving_backend(cluster: Cluster | None = None) -> ServingBackend:
     """The backend of a deployment's cluster: local processes without one (or on a local cluster)."""
     if cluster is None or cluster.backend == Cluster.Backend.LOCAL:
-        return LocalServingBackend(Path(settings.PORTAL_DATA_ROOT) / "serving")
+        # A trusted cluster (isolation: none) runs its model servers as plain processes, like its jobs.
+        trusted = cluster is not None and cluster.settings.get("isolation") == "none"
+        return LocalServingBackend(Path(settings.PORTAL_DATA_ROOT) / "serving", sandboxed=False if trusted else None)
     if cluster.backend == Cluster.Backend.KUBERNETES:
         try:
             return KubernetesServingBackend(kube_for(cluster), ServingSettings.from_settings(cluster.name, cluster.settings))

@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -67,6 +68,8 @@ class Sandbox:
     gpus: tuple[int, ...] = ()  # /dev/nvidiaN of these indices, and the control devices, when they exist
     files: tuple[tuple[str, str], ...] = ()  # (target, content): small files written for it (passwd, resolv.conf)
     as_pid_1: bool = False  # the command itself is the namespace's init (it must reap and handle signals)
+    host_network: bool = False  # the portal's own servers: they listen on the host's loopback for the portal
+    tmp_size: int | None = None  # a private tmpfs /tmp of this many bytes (when nothing is bound there)
     die_with_parent: bool = False  # ends when the process that started it ends (setup steps, not jobs)
 
 
@@ -97,10 +100,12 @@ def gpu_devices(gpus: tuple[int, ...]) -> list[str]:
     return nodes + [path for path in GPU_CONTROL_DEVICES if os.path.exists(path)]
 
 
-def bwrap_argv(box: Sandbox, *, files_dir: Path, info_fd: int, block_fd: int | None) -> list[str]:
+def bwrap_argv(box: Sandbox, *, files_dir: Path, info_fd: int | None, block_fd: int | None) -> list[str]:
     """The bwrap command line for ``box`` (``files_dir`` holds the small files it gets)."""
-    argv = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--new-session", "--hostname", "sandbox", "--info-fd", str(info_fd)]
+    argv = ["bwrap", "--unshare-pid", *([] if box.host_network else ["--unshare-net"]), "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--new-session", "--hostname", "sandbox"]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
     if block_fd is not None:
         argv += ["--block-fd", str(block_fd)]
     root = os.geteuid() == 0
@@ -126,6 +131,9 @@ def bwrap_argv(box: Sandbox, *, files_dir: Path, info_fd: int, block_fd: int | N
         elif os.path.lexists(hidden):
             argv += ["--ro-bind", "/dev/null", hidden]
     argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
+    if box.tmp_size:
+        argv += ["--size", str(box.tmp_size), "--perms", "1777", "--tmpfs", "/tmp"]
+        made.add("/tmp")  # an empty tmpfs: folders for binds under it are made like those under /
     for node in gpu_devices(box.gpus):
         argv += ["--dev-bind", node, node]
     for index, (target, content) in enumerate(box.files):
@@ -299,6 +307,25 @@ def _through_links(target: str) -> str:
         target = os.path.normpath(os.path.join(os.path.dirname(target), os.readlink(target)))
         seen += 1
     return target
+
+
+NOBODY = 65534
+
+
+def server_argv(argv: list[str], *, readable: list[str], env: dict[str, str], cwd: str = "/tmp") -> list[str]:
+    """A server of the portal's (a TensorBoard, a model server) that reads what jobs wrote, in a sandbox of its own.
+
+    What a job leaves for it (event files with links in them, a pickled model) is a stranger's, so it sees only
+    ``readable`` (read-only, at the same paths) besides the system and the Python it runs on, runs as nobody with
+    no capabilities in a PID namespace of its own, and has a small private /tmp. It keeps the host's network: it
+    listens on the portal's loopback, which jobs cannot reach. It ends when bwrap ends (stopping it stops it).
+    """
+    prefixes = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), sys.prefix}
+    binds = [Bind(path, path) for path in sorted(prefixes)] + [Bind(path, path) for path in readable if os.path.exists(path)]
+    box = Sandbox(argv=argv, cwd=cwd, env={**env, "HOME": "/tmp", "TMPDIR": "/tmp"}, binds=tuple(binds),
+                  uid=NOBODY if os.geteuid() == 0 else None, gid=NOBODY if os.geteuid() == 0 else None,
+                  host_network=True, tmp_size=256 * 1024 * 1024, die_with_parent=True)
+    return bwrap_argv(box, files_dir=Path("/nonexistent"), info_fd=None, block_fd=None)
 
 
 def passwd_files(uid: int, gid: int, home: str) -> tuple[tuple[str, str], ...]:

@@ -5,6 +5,7 @@ No Django here: `jobs.boards` owns the rules and the records.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from jobs.executors import listeners, local_procs
+from jobs.executors import listeners, local_procs, sandbox
 
 
 class BoardError(Exception):
@@ -66,10 +67,13 @@ class LocalBoardBackend:
     Links rather than --logdir_spec so that a job's new run shows up without a restart.
     """
 
-    def __init__(self, root: Path, *, binary: Path | None = None, stop_grace_seconds: float = 5):
+    def __init__(self, root: Path, *, binary: Path | None = None, stop_grace_seconds: float = 5,
+                 sandboxed: bool | None = None):
         self.root = Path(root)
         self.binary = binary or Path(sys.executable).parent / "tensorboard"
         self.stop_grace_seconds = stop_grace_seconds
+        # The event folders are the jobs': a link a job leaves there must lead nowhere but into its own folder.
+        self.sandboxed = not sandbox.available() if sandboxed is None else sandboxed
 
     def start(self, spec: BoardSpec) -> BoardProcess:
         if not self.binary.exists():
@@ -78,8 +82,17 @@ class LocalBoardBackend:
         port = _free_port()
         # --host 127.0.0.1: never the wildcard; jobs' sandboxes have their own loopback, so it is out of their reach.
         # --load_fast false: the pure-Python loader, not the Rust data server (one process, no extra binary).
-        argv = [str(self.binary), "--logdir", str(self._folder(spec.board_id) / "runs"), "--path_prefix",
+        runs = self._folder(spec.board_id) / "runs"
+        argv = [str(self.binary), "--logdir", str(runs), "--path_prefix",
                 spec.path_prefix, "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"]
+        if self.sandboxed:
+            for _name, folder in spec.runs:  # a job's folder the board opens before the job ran (it must be there)
+                with contextlib.suppress(OSError):
+                    os.makedirs(folder, exist_ok=True)
+            # It sees the runs' folders and nothing else of this disk (a run added later needs a restart to show,
+            # unless it is a new run-<n> inside a job's folder, which is already there).
+            argv = sandbox.server_argv(argv, readable=[str(runs), *(folder for _name, folder in spec.runs)],
+                                       env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
         try:
             pid, started = local_procs.start_detached(argv, log=self._folder(spec.board_id) / "tensorboard.log")
         except (OSError, ValueError, subprocess.SubprocessError) as exc:

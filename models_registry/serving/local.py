@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from jobs.executors import listeners, local_procs
+from jobs.executors import listeners, local_procs, sandbox
 
 
 class ServingError(Exception):
@@ -72,10 +72,12 @@ class ServingBackend(Protocol):
 
 
 class LocalServingBackend:
-    def __init__(self, root: Path, *, python: str | None = None, stop_grace_seconds: float = 5):
+    def __init__(self, root: Path, *, python: str | None = None, stop_grace_seconds: float = 5,
+                 sandboxed: bool | None = None):
         self.root = Path(root)
         self.python = python or sys.executable
         self.stop_grace_seconds = stop_grace_seconds
+        self.sandboxed = not sandbox.available() if sandboxed is None else sandboxed
 
     def start(self, spec: ServerSpec) -> ServerProcess:
         folder = self.root / str(spec.server_id)
@@ -88,9 +90,16 @@ class LocalServingBackend:
                 "--artifact", str(spec.artifact), "--host", "127.0.0.1", "--port", str(port), "--store", str(spec.store_root)]
         for name, value in sorted(spec.faults.items()):
             argv += [f"--{name.replace('_', '-')}", str(value)]
+        checkout = Path(__file__).resolve().parents[2]
+        extra_env = {"PYTHONPATH": str(checkout)}
+        if self.sandboxed:
+            # The artifact is a job's pickle: loading it runs the job's code. The server sees that artifact, its
+            # own module and the Python it runs on, nothing else of the portal (not its data root, not the store).
+            argv = sandbox.server_argv(
+                argv, readable=[str(spec.artifact), str(checkout / "models_registry")],
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONPATH": str(checkout)})
         try:
-            pid, started = local_procs.start_detached(
-                argv, log=folder / "server.log", extra_env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+            pid, started = local_procs.start_detached(argv, log=folder / "server.log", extra_env=extra_env)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             raise ServingError(f"cannot start the model server: {exc}", permanent=False) from exc
         process = ServerProcess(url=f"http://127.0.0.1:{port}", model_name=spec.model_name, pid=pid, handle=str(started or ""))

@@ -40,7 +40,8 @@ def portal(world, settings, tmp_path):
 
 
 def submit_with_events(portal, settings, name: str, *, user=None, tensorboard=True) -> tuple[int, str]:
-    """Submit a job and write a `loss` scalar over 5 steps where its run's TENSORBOARD_LOG_DIR points.
+    """Submit a job and write a `loss` scalar over 5 steps where its run's TENSORBOARD_LOG_DIR points
+    (local_jobdir.JobDir.tensorboard_run: <executor root>/tensorboard/<job id>/run-<run index>/).
 
     Returns (job id, the run's name on the board).
     """
@@ -49,12 +50,12 @@ def submit_with_events(portal, settings, name: str, *, user=None, tensorboard=Tr
     assert response.status_code == 201, response.json()
     job = Job.objects.get(pk=response.json()["id"])
     assert job.run_id, "the job was admitted and so has a run"
-    folder = settings.PORTAL_DATA_ROOT / "executors" / job.cluster.name / "jobs" / job.run_id / "tensorboard"
+    folder = settings.PORTAL_DATA_ROOT / "executors" / job.cluster.name / "tensorboard" / str(job.pk) / "run-0"
     writer = SummaryWriter(logdir=str(folder))
     for step, loss in enumerate(LOSSES):
         writer.add_scalar("loss", loss, step)
     writer.close()
-    return job.pk, f"{name}-{job.run_id}"
+    return job.pk, f"{name}-{job.pk}/run-0"
 
 
 def fetch(path: str, *, user=None, method: str = "get", data=None, accept: str = "*/*", scope: dict | None = None):
@@ -294,14 +295,14 @@ def test_it_shows_a_new_run_of_a_requeued_job_on_the_running_board(portal, setti
     wait_running(portal, f"/api/v1/jobs/{job_id}/tensorboard/")
     poll(lambda: first_run in tags(f"/tensorboard/{job_id}/", portal.alice), what="the first run")
 
-    # Preempted and admitted again: the job's next run writes its events into a folder of its own.
+    # Preempted and admitted again: the job's next run writes its events into run-1 beside run-0.
     job = Job.objects.get(pk=job_id)
     job.run_id = f"{job_id}-0badcafe"
     job.save(update_fields=["run_id"])
-    folder = settings.PORTAL_DATA_ROOT / "executors" / job.cluster.name / "jobs" / job.run_id / "tensorboard"
+    folder = settings.PORTAL_DATA_ROOT / "executors" / job.cluster.name / "tensorboard" / str(job_id) / "run-1"
     with SummaryWriter(logdir=str(folder)) as writer:
         writer.add_scalar("loss", 0.03, 5)
     assert boards.boards_reconcile() == 0
 
     found = poll(lambda: len(t := tags(f"/tensorboard/{job_id}/", portal.alice)) == 2 and t, what="the second run")
-    assert sorted(found) == sorted([first_run, f"again-{job_id}-0badcafe"])
+    assert sorted(found) == sorted([first_run, f"again-{job_id}/run-1"])

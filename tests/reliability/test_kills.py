@@ -20,6 +20,7 @@ import pytest
 
 from jobs import lifecycle
 from jobs.models import Job
+from quotas.models import Department, Storage
 from tests.jobs.test_job_flow import make_repo
 from tests.processes import Processes
 
@@ -90,6 +91,8 @@ def test_jobs_survive_the_worker_and_beat_being_killed_at_random(world, processe
     rng = random.Random(SEED)
     marks = tmp_path / "marks"
     marks.mkdir()
+    marks.chmod(0o777)  # written by the jobs, which run sandboxed as vision's uid and see it as a storage mount
+    Storage.objects.create(department=Department.objects.get(slug="vision"), name="marks", local_path=str(marks))
     script = f"chaos_{os.getpid()}_{rng.randrange(1 << 32):08x}.py"  # a name only this test's processes have
     repo = make_repo(tmp_path / "repo", {script: JOB})
     client = world.api(world.alice)
@@ -100,7 +103,8 @@ def test_jobs_survive_the_worker_and_beat_being_killed_at_random(world, processe
             # Every fourth job would run for ten minutes: only its cancel can end it (a lost cancel shows).
             seconds = 600 if index % 4 == 0 else rng.uniform(0.2, 1.5)
             body = {"name": f"chaos-{index}", "department": "vision", "code_url": repo, "command": f"python {script}",
-                    "gpus_per_worker": rng.choice([1, 2]), "env": {"MARKS": str(marks), "SECONDS": f"{seconds:.2f}"}}
+                    "gpus_per_worker": rng.choice([1, 2]), "env": {"MARKS": "/marks", "SECONDS": f"{seconds:.2f}"},
+                    "mounts": [{"storage": "marks", "path": "/marks"}]}
             response = client.post("/api/v1/jobs/", body, format="json")
             assert response.status_code == 201, response.json()
             submitted.append(response.json()["id"])
