@@ -74,7 +74,7 @@ def cluster_check(*, cluster: Cluster) -> None:
 
 
 def cluster_save(*, actor, cluster: Cluster) -> Cluster:
-    """Check and save a cluster's backend and settings, audited with what they were before."""
+    """Check and save a cluster's backend and settings, audited with what they were before (when a person did it)."""
     with transaction.atomic():
         cluster_check(cluster=cluster)
         try:
@@ -83,10 +83,11 @@ def cluster_save(*, actor, cluster: Cluster) -> Cluster:
             raise InvalidInput(exc.message_dict) from exc
         before = Cluster.objects.filter(pk=cluster.pk).values("backend", "settings").first() if cluster.pk else None
         cluster.save()
-        AuditEvent.objects.create(
-            actor=actor, action="cluster.update" if before else "cluster.create", target=cluster.name,
-            data={"before": before, "after": {"backend": cluster.backend, "settings": cluster.settings}},
-        )
+        if actor is not None:  # a person's change (the demo's seed data is nobody's action)
+            AuditEvent.objects.create(
+                actor=actor, action="cluster.update" if before else "cluster.create", target=cluster.name,
+                data={"before": before, "after": {"backend": cluster.backend, "settings": cluster.settings}},
+            )
     return cluster
 
 
