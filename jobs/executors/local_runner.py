@@ -69,6 +69,7 @@ CODE_AT, OUTPUT_AT, TENSORBOARD_AT, CHECKPOINT_AT = "/portal/code", "/portal/out
 EXIT_AT, WORKERS_AT, LAUNCHER_AT = "/portal/exit", "/portal/workers.json", "/portal/init.py"
 SOURCE_AT = "/portal/source"  # a repository on this host's disk (clusters that allow local code)
 SANDBOX_MASTER_PORT = 29500
+LAUNCHER_SWEEP_SECONDS = 5
 # Clone "$1" into "$2", check out "$3" if given, write the commit to "$4". `--` makes a ref that is also a file
 # name mean the ref; git still turns a remote branch name into a local branch.
 FETCH = ('git clone --quiet -- "$1" "$2" && cd "$2" && { [ -z "$3" ] || git checkout --quiet "$3" --; } '
@@ -157,6 +158,13 @@ def kill_pod(job: JobDir, pod: dict | None, *, grace: float, children=None) -> N
             time.sleep(TICK)
     # SIGKILL of a PID namespace's init ends every process in it; without a sandbox the workers' groups too.
     _kill_leftover_groups(job)
+    if (read_json(job.launch_file) or {}).get("isolation") == "none":
+        # Unsandboxed, the launcher is the subreaper of what the workers left and kills it generation by
+        # generation once they are done: let it finish before it goes (killing it first would orphan the rest).
+        until = time.monotonic() + LAUNCHER_SWEEP_SECONDS
+        while _pod_alive(pod) and time.monotonic() < until:
+            reap(children)
+            time.sleep(TICK)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pod["pid"], signal.SIGKILL)
     until = time.monotonic() + 10

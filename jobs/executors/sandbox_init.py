@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
         left -= 1
     if not pid_1:
         # What the workers left behind (reparented to us as their subreaper) ends with the job.
-        for _ in range(50):
+        for _ in range(200):  # each round reparents the next generation to us
             rest = _children_of(os.getpid())
             if not rest:
                 break

@@ -77,6 +77,20 @@ def tiny_wheel(folder: Path, name: str = "tinypkg", version: str = "1.0") -> Pat
     return wheel
 
 
+def slow_package(folder: Path) -> str:
+    """A requirement whose in-tree build backend never ends (the environment build hangs)."""
+    folder.mkdir()
+    (folder / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+        '[project]\nname = "slowpkg"\nversion = "1.0"\n')
+    (folder / "backend.py").write_text(
+        "import time\n"
+        "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
+        "def prepare_metadata_for_build_wheel(directory, config_settings=None):\n    time.sleep(600)\n"
+        "def build_wheel(directory, config_settings=None, metadata_directory=None):\n    time.sleep(600)\n")
+    return f"slowpkg @ {folder.as_uri()}"
+
+
 # The command's view of its environment, written where the job's artifacts go.
 DUMP_ENV = """\
 import json, os, pathlib

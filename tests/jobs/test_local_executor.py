@@ -15,7 +15,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,9 @@ from jobs.executors.local import LocalExecutor, is_local_code
 from jobs.executors.local_jobdir import JobDir, read_json
 from jobs.executors.local_procs import alive
 from jobs.executors.venvs import COMPLETE
-from tests.jobs.executor_contract import ExecutorContract, GitRepo, Harness, command_output, tiny_wheel, wait_for
+from tests.jobs.executor_contract import (
+    ExecutorContract, GitRepo, Harness, command_output, slow_package, tiny_wheel, wait_for,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local executor needs Linux (/proc)")
 
@@ -251,19 +252,9 @@ class TestLocalExecutor(ExecutorContract):
         """A job whose environment build never ends: a requirement whose in-tree build backend sleeps.
 
         (A sandboxed clone cannot reach a silent server on this host's loopback, which is the point.)"""
-        package = tmp_path / "slowpkg"
-        package.mkdir()
-        (package / "pyproject.toml").write_text(
-            '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-            '[project]\nname = "slowpkg"\nversion = "1.0"\n')
-        (package / "backend.py").write_text(
-            "import time\n"
-            "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
-            "def prepare_metadata_for_build_wheel(directory, config_settings=None):\n    time.sleep(600)\n"
-            "def build_wheel(directory, config_settings=None, metadata_directory=None):\n    time.sleep(600)\n")
         repo = GitRepo(tmp_path / "needs-slowpkg")
         repo.commit({"train.py": "print('never')\n"})
-        return repo.path.as_uri(), (f"slowpkg @ {package.as_uri()}",)
+        return repo.path.as_uri(), (slow_package(tmp_path / "slowpkg"),)
 
     def setup_started(self, harness, job):
         """The setup step (the environment build) that hangs, once it runs."""

@@ -41,6 +41,7 @@ from jobs.models import Job, TensorBoard
 from quotas.models import Cluster, Department
 from quotas.storage import storage_create
 from tests.conftest import World
+from tests.jobs.executor_contract import slow_package
 from tests.jobs.test_job_flow import make_repo
 from tests.jobs.test_tensorboard import fetch
 from tests.processes import Processes
@@ -465,13 +466,11 @@ def test_6_nothing_it_starts_outlives_it_and_its_gpus_come_back(attack):
     assert attack.verdict["daemons_started"] == {"setsid": True, "chain": True}
     assert attack.nlp_in_use_after_attack == 0
     assert attack.allocated_at_end == 0
-    if attack.sandboxed:
-        assert attack.left_behind == []
-    else:
-        # Unisolated, nothing makes sure: the launcher sweeps its orphans one generation at a time, and the runner
-        # SIGKILLs the launcher as soon as the exit files appear. The end of a deep chain (often a plain setsid
-        # daemon too) outlives the job and keeps writing, while its GPUs are already given back.
-        assert attack.left_behind and attack.heartbeat_went_on, attack.left_behind
+    # Sandboxed, the PID namespace ends with the launcher; unisolated, the launcher is the subreaper of whatever
+    # the workers leave and the runner lets it sweep them, generation by generation, before it goes. (Checked to
+    # fail: with that sweep off, the chain's end and the setsid daemon outlive the job, writing on.)
+    assert attack.left_behind == [], attack.left_behind
+    assert not attack.heartbeat_went_on
 
 
 def test_7_a_read_only_mount_refuses_writes_at_the_path_asked_for(attack):
@@ -498,20 +497,6 @@ def test_9_the_vision_job_is_untouched(attack):
 
 
 # ------------------------------------------------------------------------------------------ setup limits
-
-
-def slow_package(folder: Path) -> str:
-    """A requirement whose in-tree build backend never ends (the environment build hangs)."""
-    folder.mkdir()
-    (folder / "pyproject.toml").write_text(
-        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-        '[project]\nname = "slowpkg"\nversion = "1.0"\n')
-    (folder / "backend.py").write_text(
-        "import time\n"
-        "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
-        "def prepare_metadata_for_build_wheel(directory, config_settings=None):\n    time.sleep(600)\n"
-        "def build_wheel(directory, config_settings=None, metadata_directory=None):\n    time.sleep(600)\n")
-    return f"slowpkg @ {folder.as_uri()}"
 
 
 @pytest.mark.django_db(transaction=True)
