@@ -352,7 +352,7 @@ def _spec(board: TensorBoard) -> BoardSpec:
     if jobs and jobs[0].cluster.backend == Cluster.Backend.KUBERNETES:
         # Event files are on the department's job volume under each run's subPath (jobs/executors/manifests.py).
         # Only the current run is known there: earlier runs of a re-queued job are not listed.
-        runs = [job_run(f"{_run_name(job)}-{job.pk}", str(job.pk)) for job in jobs]
+        runs = [job_run(f"{_run_name(job)}-{job.pk}", job.storage_key) for job in jobs]
         return KubeBoardSpec(board_id=board.pk, path_prefix=board_url(board).rstrip("/"), runs=tuple(runs),
                              department=jobs[0].department.slug)
     for job in jobs:
@@ -377,7 +377,7 @@ def _runs_of(job: Job) -> list[tuple[str, str]]:
     run_ids = {path.name for path in jobs_root.glob(f"{job.pk}-*")
                if re.fullmatch(rf"{job.pk}-[0-9a-f]+", path.name) and JobDir(path).tensorboard.is_dir()}
     runs = [(f"{_run_name(job)}-{run_id}", str(JobDir(jobs_root / run_id).tensorboard)) for run_id in sorted(run_ids)]
-    return [*runs, (f"{_run_name(job)}-{job.pk}", str(root / "tensorboard" / str(job.pk)))]
+    return [*runs, (f"{_run_name(job)}-{job.pk}", str(root / "tensorboard" / job.storage_key))]
 
 
 def _run_name(job: Job) -> str:

@@ -82,6 +82,12 @@ class Job(models.Model):
         return f"{self.name} #{self.pk}"
 
     @property
+    def storage_key(self) -> str:
+        """Names the job's folders kept across its runs (checkpoints, TensorBoard): its id and creation time, so that
+        a job of a recreated database that gets the same id never finds another job's checkpoint."""
+        return f"{self.pk}-{int(self.created_at.timestamp() * 1_000_000):x}"
+
+    @property
     def gpus(self) -> float:
         """GPUs the whole gang holds while admitted."""
         return self.workers * self.gpus_per_worker

@@ -383,7 +383,7 @@ def job_spec(job: Job) -> JobSpec:
         env=dict(job.env), max_runtime_seconds=job.max_runtime_seconds, grace_seconds=_grace_seconds(job),
         gpu_type=job.pool.gpu_type, priority=job.priority.name,
         tensorboard=job.tensorboard, commit=job.commit or None,
-        job_key=str(job.pk), run_index=job.preemptions,
+        job_key=job.storage_key, run_index=job.preemptions,
         setup_timeout_seconds=int(job.cluster.settings.get("setup_timeout_seconds", 1800)),
     )
 

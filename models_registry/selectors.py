@@ -74,7 +74,7 @@ def job_run_dirs(*, job: Job, executor_root: Path) -> list[JobDir]:
 
 def job_tensorboard_runs(*, job: Job, executor_root: Path) -> list[Path]:
     """The job's TensorBoard folders of today's layout, <executor root>/tensorboard/<job id>/run-<n>/, in run order."""
-    folder = Path(executor_root) / "tensorboard" / str(job.pk)
+    folder = Path(executor_root) / "tensorboard" / job.storage_key
     runs = [p for p in folder.glob("run-*") if p.name[4:].isdigit() and not p.is_symlink()]
     return sorted(runs, key=lambda p: int(p.name[4:]))
 

@@ -145,7 +145,7 @@ def test_one_board_shows_every_run_of_a_job_beside_its_runs_of_the_old_layout(po
     with SummaryWriter(logdir=str(executor_root / "jobs" / old_run / "tensorboard")) as writer:
         writer.add_scalar("loss", 1.0, 0)
     for run_index in (0, 1):
-        with SummaryWriter(logdir=str(executor_root / "tensorboard" / str(job.pk) / f"run-{run_index}")) as writer:
+        with SummaryWriter(logdir=str(executor_root / "tensorboard" / job.storage_key / f"run-{run_index}")) as writer:
             writer.add_scalar("loss", 0.5 / (run_index + 1), run_index + 1)
 
     assert portal.api(portal.alice).post(f"/api/v1/jobs/{job.pk}/tensorboard/").status_code in (200, 201, 202)

@@ -50,7 +50,7 @@ def submit_with_events(portal, settings, name: str, *, user=None, tensorboard=Tr
     assert response.status_code == 201, response.json()
     job = Job.objects.get(pk=response.json()["id"])
     assert job.run_id, "the job was admitted and so has a run"
-    folder = settings.PORTAL_DATA_ROOT / "executors" / job.cluster.name / "tensorboard" / str(job.pk) / "run-0"
+    folder = settings.PORTAL_DATA_ROOT / "executors" / job.cluster.name / "tensorboard" / job.storage_key / "run-0"
     writer = SummaryWriter(logdir=str(folder))
     for step, loss in enumerate(LOSSES):
         writer.add_scalar("loss", loss, step)
@@ -299,7 +299,7 @@ def test_it_shows_a_new_run_of_a_requeued_job_on_the_running_board(portal, setti
     job = Job.objects.get(pk=job_id)
     job.run_id = f"{job_id}-0badcafe"
     job.save(update_fields=["run_id"])
-    folder = settings.PORTAL_DATA_ROOT / "executors" / job.cluster.name / "tensorboard" / str(job_id) / "run-1"
+    folder = settings.PORTAL_DATA_ROOT / "executors" / job.cluster.name / "tensorboard" / job.storage_key / "run-1"
     with SummaryWriter(logdir=str(folder)) as writer:
         writer.add_scalar("loss", 0.03, 5)
     assert boards.boards_reconcile() == 0

@@ -139,7 +139,7 @@ def test_a_kubernetes_jobs_board_goes_running_and_stops(k8s_jobs, kube):
     assert board.host == f"{name}.{NAMESPACE}.svc.cluster.local" and board.port == 80  # what the proxy calls
     container = kube.get("apps/v1", "Deployment", NAMESPACE, name)["spec"]["template"]["spec"]["containers"][0]
     # One folder per job (its runs are its sub-folders run-0, run-1 ...), whichever run is current.
-    assert [m["subPath"] for m in container["volumeMounts"]] == [f"tensorboard/{job.pk}"]
+    assert [m["subPath"] for m in container["volumeMounts"]] == [f"tensorboard/{job.storage_key}"]
     assert ["--path_prefix", f"/tensorboard/{job.pk}"] == container["args"][2:4]
 
     assert boards.board_observe(board=board).status == TensorBoard.Status.STARTING

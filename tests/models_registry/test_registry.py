@@ -188,7 +188,7 @@ def test_a_requeued_jobs_metrics_come_from_its_latest_run_and_workers_are_told_a
 def test_metrics_also_come_from_the_per_job_tensorboard_folder_of_resumed_runs(registry, settings):
     # Today's layout (local_jobdir.JobDir.tensorboard_run): <executor root>/tensorboard/<job id>/run-<n>/.
     job = succeeded_job(registry, settings, scalars={})
-    per_job = run_dir(settings, job).parent.parent / "tensorboard" / str(job.pk)
+    per_job = run_dir(settings, job).parent.parent / "tensorboard" / job.storage_key
     for index, loss, wall in ((0, 0.5, 1_000.0), (1, 0.25, 2_000.0)):
         writer = SummaryWriter(logdir=str(per_job / f"run-{index}"))
         writer.add_scalar("loss", loss, 10, walltime=wall)

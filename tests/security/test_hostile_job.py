@@ -254,7 +254,7 @@ def play(world: World, *, isolation: str, marker: str, folder: Path, portal: Por
                      what="alice's TensorBoard to run")
     board = TensorBoard.objects.get(key=f"job:{vision['id']}")
     vision_dir = hostile.job_folder(vision["id"])
-    vision_events = hostile.executor_root() / "tensorboard" / str(vision["id"]) / "run-0"
+    vision_events = hostile.executor_root() / "tensorboard" / Job.objects.get(pk=vision["id"]).storage_key / "run-0"
     write_scalar(vision_events, "vision_secret_loss")
     vision_site = hostile.env_site_packages(vision["id"], log_of(world, world.alice, vision["id"]), isolation=isolation)
 
@@ -301,7 +301,7 @@ def play(world: World, *, isolation: str, marker: str, folder: Path, portal: Por
         if board_alive else 0
 
     # bob's own board, with a run of his own to show (so that it is known to have looked at his folder).
-    write_scalar(hostile.executor_root() / "tensorboard" / str(attack["id"]) / "run-0", "nlp_loss")
+    write_scalar(hostile.executor_root() / "tensorboard" / Job.objects.get(pk=attack["id"]).storage_key / "run-0", "nlp_loss")
     bob = world.api(world.bob)
     assert bob.post(f"/api/v1/jobs/{attack['id']}/tensorboard/").status_code == 200
     hostile.wait_for(lambda: bob.get(f"/api/v1/jobs/{attack['id']}/tensorboard/").json()["status"] == "running",
@@ -365,10 +365,9 @@ def clean_up(world: World | None, marker: str) -> None:
     hostile.remove_planted()
     for job in Job.objects.exclude(status__in=FINAL).exclude(run_id="").select_related("cluster"):
         services.executor_for(job.cluster).cancel(job.run_id, 0)
-    for job_id in Job.objects.values_list("pk", flat=True):
-        # Kept per job across its runs; job ids start again after the flush below.
-        for kept in ("tensorboard", "checkpoints"):
-            shutil.rmtree(hostile.executor_root() / kept / str(job_id), ignore_errors=True)
+    for job in Job.objects.all():
+        for kept in ("tensorboard", "checkpoints"):  # kept per job across its runs
+            shutil.rmtree(hostile.executor_root() / kept / job.storage_key, ignore_errors=True)
     for board in TensorBoard.objects.exclude(pid=None):
         boards.board_stop(board=board)
         started = int(board.handle) if board.handle else None
