@@ -85,6 +85,8 @@ class Job(models.Model):
     def storage_key(self) -> str:
         """Names the job's folders kept across its runs (checkpoints, TensorBoard): its id and creation time, so that
         a job of a recreated database that gets the same id never finds another job's checkpoint."""
+        if self.created_at is None:  # a job that was never saved (render_manifests)
+            return str(self.pk)
         return f"{self.pk}-{int(self.created_at.timestamp() * 1_000_000):x}"
 
     @property

@@ -70,6 +70,7 @@ class Sandbox:
     as_pid_1: bool = False  # the command itself is the namespace's init (it must reap and handle signals)
     host_network: bool = False  # the portal's own servers: they listen on the host's loopback for the portal
     tmp_size: int | None = None  # a private tmpfs /tmp of this many bytes (when nothing is bound there)
+    new_session: bool = True  # its own session (no terminal to push input into); servers stay in their starter's group
     die_with_parent: bool = False  # ends when the process that started it ends (setup steps, not jobs)
 
 
@@ -103,7 +104,7 @@ def gpu_devices(gpus: tuple[int, ...]) -> list[str]:
 def bwrap_argv(box: Sandbox, *, files_dir: Path, info_fd: int | None, block_fd: int | None) -> list[str]:
     """The bwrap command line for ``box`` (``files_dir`` holds the small files it gets)."""
     argv = ["bwrap", "--unshare-pid", *([] if box.host_network else ["--unshare-net"]), "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try", "--new-session", "--hostname", "sandbox"]
+            "--unshare-uts", "--unshare-cgroup-try", *(["--new-session"] if box.new_session else []), "--hostname", "sandbox"]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     if block_fd is not None:
@@ -318,14 +319,32 @@ def server_argv(argv: list[str], *, readable: list[str], env: dict[str, str], cw
     What a job leaves for it (event files with links in them, a pickled model) is a stranger's, so it sees only
     ``readable`` (read-only, at the same paths) besides the system and the Python it runs on, runs as nobody with
     no capabilities in a PID namespace of its own, and has a small private /tmp. It keeps the host's network: it
-    listens on the portal's loopback, which jobs cannot reach. It ends when bwrap ends (stopping it stops it).
+    listens on the portal's loopback, which jobs cannot reach. It stays in the process group it is started in (no
+    new session, no --die-with-parent: its starter is a shell that exits at once), so stopping that group
+    (local_procs.stop_detached) stops the sandbox and the server in it. Its output has no terminal anyway.
+    The server is its PID namespace's first process: record it with ``server_pid`` (when it ends, for whatever
+    reason, the namespace and bwrap end with it).
     """
     prefixes = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), sys.prefix}
     binds = [Bind(path, path) for path in sorted(prefixes)] + [Bind(path, path) for path in readable if os.path.exists(path)]
     box = Sandbox(argv=argv, cwd=cwd, env={**env, "HOME": "/tmp", "TMPDIR": "/tmp"}, binds=tuple(binds),
                   uid=NOBODY if os.geteuid() == 0 else None, gid=NOBODY if os.geteuid() == 0 else None,
-                  host_network=True, tmp_size=256 * 1024 * 1024, die_with_parent=True)
+                  host_network=True, tmp_size=256 * 1024 * 1024, new_session=False, as_pid_1=True)
     return bwrap_argv(box, files_dir=Path("/nonexistent"), info_fd=None, block_fd=None)
+
+
+def server_pid(bwrap_pid: int, timeout: float = 10) -> int:
+    """The host pid of the server a server_argv sandbox runs (bwrap's one child), once it has one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            children = Path(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children").read_text().split()
+        except OSError:
+            raise SandboxError("the server's sandbox ended before its server started") from None
+        if children:
+            return int(children[0])
+        time.sleep(0.005)
+    raise SandboxError("the server's sandbox did not start its server in time")
 
 
 def passwd_files(uid: int, gid: int, home: str) -> tuple[tuple[str, str], ...]:

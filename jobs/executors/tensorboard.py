@@ -95,7 +95,10 @@ class LocalBoardBackend:
                                        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
         try:
             pid, started = local_procs.start_detached(argv, log=self._folder(spec.board_id) / "tensorboard.log")
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            if self.sandboxed:
+                pid = sandbox.server_pid(pid)
+                started = local_procs.start_time(pid)
+        except (OSError, ValueError, subprocess.SubprocessError, sandbox.SandboxError) as exc:
             raise BoardError(f"cannot start TensorBoard: {exc}", permanent=False) from exc
         return BoardProcess(host="127.0.0.1", port=port, pid=pid, handle=str(started or ""))
 

@@ -100,7 +100,10 @@ class LocalServingBackend:
                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONPATH": str(checkout)})
         try:
             pid, started = local_procs.start_detached(argv, log=folder / "server.log", extra_env=extra_env)
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            if self.sandboxed:
+                pid = sandbox.server_pid(pid)
+                started = local_procs.start_time(pid)
+        except (OSError, ValueError, subprocess.SubprocessError, sandbox.SandboxError) as exc:
             raise ServingError(f"cannot start the model server: {exc}", permanent=False) from exc
         process = ServerProcess(url=f"http://127.0.0.1:{port}", model_name=spec.model_name, pid=pid, handle=str(started or ""))
         # Written down here too, so that a server whose variant (and row) is gone can still be found and stopped.
