@@ -375,7 +375,8 @@ def _runs_of(job: Job) -> list[tuple[str, str]]:
     root = Path(executor.root)
     jobs_root = root / "jobs"
     run_ids = {path.name for path in jobs_root.glob(f"{job.pk}-*")
-               if re.fullmatch(rf"{job.pk}-[0-9a-f]+", path.name) and JobDir(path).tensorboard.is_dir()}
+               if re.fullmatch(rf"{job.pk}-[0-9a-f]+", path.name) and JobDir(path).tensorboard.is_dir()
+               and JobDir(path).belongs_to(job.storage_key)}
     runs = [(f"{_run_name(job)}-{run_id}", str(JobDir(jobs_root / run_id).tensorboard)) for run_id in sorted(run_ids)]
     return [*runs, (f"{_run_name(job)}-{job.pk}", str(root / "tensorboard" / job.storage_key))]
 

@@ -67,7 +67,8 @@ def job_run_dirs(*, job: Job, executor_root: Path) -> list[JobDir]:
     Same layout as jobs.boards: <executor root>/jobs/<job id>-<hex>/ (jobs/executors/local_jobdir.py).
     """
     jobs_root = Path(executor_root) / "jobs"
-    earlier = sorted(p.name for p in jobs_root.glob(f"{job.pk}-*") if p.is_dir() and p.name != job.run_id)
+    earlier = sorted(p.name for p in jobs_root.glob(f"{job.pk}-*")
+                     if p.is_dir() and p.name != job.run_id and JobDir(p).belongs_to(job.storage_key))
     names = [*earlier, job.run_id] if job.run_id else earlier
     return [JobDir(jobs_root / name) for name in names]
 

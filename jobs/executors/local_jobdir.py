@@ -66,6 +66,13 @@ class JobDir:
         """TENSORBOARD_LOG_DIR of one run: the job's board shows every run-<n> beside each other."""
         return self.executor_root / "tensorboard" / job_key / f"run-{run_index}"
 
+    def belongs_to(self, job_key: str) -> bool:
+        """Is this run one of the job's with that key, not a namesake's (ids start again when a database is
+        recreated)? Runs launched since job keys existed say whose they are; older ones cannot, and are taken
+        as the job's."""
+        key = ((read_json(self.launch_file) or {}).get("job") or {}).get("job_key")
+        return not key or key == job_key
+
     def log_file(self, rank: int) -> Path:
         return self.logs / f"worker-{rank}.log"
 

@@ -200,6 +200,22 @@ def test_metrics_also_come_from_the_per_job_tensorboard_folder_of_resumed_runs(r
     assert body["metrics"] == {"loss": 0.25}  # the resumed run's, not prefixed by its run folder
 
 
+def test_a_namesakes_runs_left_by_an_earlier_database_are_not_the_jobs(registry, settings):
+    # Ids start again when a database is recreated; the run folders of the old job 1 stay on disk.
+    job = succeeded_job(registry, settings, scalars={})
+    stale = run_dir(settings, job).parent / f"{job.pk}-0ldd0b00"
+    (stale / "tensorboard").mkdir(parents=True)
+    (stale / "launch.json").write_text(json.dumps({"job": {"job_key": f"{job.pk}-5eedf00d"}}))
+    writer = SummaryWriter(logdir=str(stale / "tensorboard"))
+    writer.add_scalar("someone_elses_loss", 0.5, 1)
+    writer.close()
+    create_model(registry)
+
+    body = registered(registry, {"source_job": job.pk, "artifact_path": "model.joblib"})
+
+    assert "someone_elses_loss" not in body["metrics"]
+
+
 def test_a_folder_is_copied_whole(registry, settings):
     job = succeeded_job(registry, settings, files={"model/weights.bin": b"w" * 10, "model/config.json": b"{}"})
     create_model(registry)
