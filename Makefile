@@ -6,20 +6,49 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: install install-dev chromium sandbox run test test-gpu test-k8s migrate clean
+.PHONY: install install-dev lock chromium sandbox run test test-gpu test-k8s migrate clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# Reinstall only when a requirements file changed.
-$(VENV)/.installed: requirements.txt | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -r requirements.txt
+# Dependencies: requirements.txt and requirements-dev.txt are the hand-edited pins; `make lock` compiles them
+# (with uv, for CPython 3.11 on Linux x86_64) into requirements.lock and requirements-dev.lock, every
+# package pinned with its hashes. Installs read only the locks: --require-hashes, --no-deps. After editing a
+# requirements file run `make lock` and commit the locks with it; an install stops while a pin is missing
+# from its lock.
+UV_COMPILE := $(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version 3.11 \
+	--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock"
+PIP_LOCKED := $(PY) -m pip install --quiet --require-hashes --no-deps -r
+
+# $(call check_lock,LOCK,REQUIREMENTS...): every line of the requirements files is a name==version pin found in LOCK.
+check_lock = $(PY) -c 'import re, sys; \
+	norm = lambda n: re.sub(r"[-_.]+", "-", n).lower(); \
+	lock = set(re.findall(r"^([a-z0-9][a-z0-9._-]*==[^\s;\\]+)", open(sys.argv[1]).read(), re.M)); \
+	lines = [l.split("\#")[0].strip() for f in sys.argv[2:] for l in open(f)]; \
+	pins = [(l, re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^]]*\])?==(\S+)", l)) for l in lines if l and not l.startswith("-")]; \
+	bad = [l for l, m in pins if not (m and norm(m[1]) + "==" + m[3] in lock)]; \
+	bad and sys.exit(sys.argv[1] + " does not match " + " ".join(sys.argv[2:]) + " (unpinned, or run make lock): " + ", ".join(bad))' $(1) $(2)
+
+# Reinstall only when a lock (or a requirements file, to catch a forgotten `make lock`) changed.
+$(VENV)/.installed: requirements.lock requirements.txt | $(VENV)/bin/python
+	@$(call check_lock,requirements.lock,requirements.txt)
+	$(PIP_LOCKED) requirements.lock
 	touch $@
 
-$(VENV)/.installed-dev: requirements.txt requirements-dev.txt | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+$(VENV)/.installed-dev: requirements-dev.lock requirements.lock requirements.txt requirements-dev.txt | $(VENV)/bin/python
+	@$(call check_lock,requirements-dev.lock,requirements.txt requirements-dev.txt)
+	$(PIP_LOCKED) requirements-dev.lock
 	touch $@ $(VENV)/.installed
+
+# uv itself, for `make lock` in a fresh checkout: its entry of requirements.lock alone (it has no dependencies).
+$(VENV)/bin/uv: | $(VENV)/bin/python
+	$(PIP_LOCKED) <(awk '/^uv==/ { f = 1; print; next } f && /^ / { print; next } { f = 0 }' requirements.lock)
+
+# The dev lock is compiled under the runtime lock, so both hold the same versions of the runtime packages.
+lock: | $(VENV)/bin/uv
+	$(UV_COMPILE) -o requirements.lock requirements.txt
+	$(UV_COMPILE) -c requirements.lock -o requirements-dev.lock requirements-dev.txt
 
 # portalctl, the command-line client: a launcher that runs `python -m portalctl` from this checkout.
 $(VENV)/bin/portalctl: | $(VENV)/bin/python
@@ -34,7 +63,7 @@ migrate: install
 	$(PY) manage.py migrate --noinput -v0
 	@if [ -z "$$REDIS_URL" ]; then $(PY) manage.py migrate --database channels --noinput -v0; fi
 
-# Jobs on the local executor run in a bubblewrap sandbox with a slirp4netns network (jobs/executors/sandbox.py).
+# Jobs on the local executor run in a bubblewrap sandbox with a slirp4netns network (clusters/sandbox.py).
 sandbox:
 	@if ! command -v bwrap >/dev/null || ! command -v slirp4netns >/dev/null; then \
 	  sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
