@@ -8,13 +8,13 @@
   the delivery task once it commits, so a change that is rolled back emits nothing.
 - ``delivery_attempt`` claims an attempt with a conditional update on the attempt counter (two tasks for
   one attempt, e.g. a retry and the reconcile's resend, cannot both send; no lock is held across the
-  POST), signs and posts, and tells the task when to retry: BACKOFF_SECONDS, failed after MAX_ATTEMPTS.
+  POST), signs (Standard Webhooks headers, and the deprecated X-Portal ones: signing.py) and posts, and tells
+  the task when to retry: BACKOFF_SECONDS, failed after MAX_ATTEMPTS.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 import uuid
 from datetime import datetime, timedelta
 
@@ -58,7 +58,7 @@ def _require_manager(actor, department: Department) -> None:
 
 
 def _secret() -> str:
-    return "whsec_" + secrets.token_urlsafe(32)
+    return signing.new_secret()
 
 
 # --- Registering ----------------------------------------------------------------------------
@@ -232,9 +232,9 @@ def delivery_attempt(*, delivery_id: int, attempt: int = 1) -> int | None:
         timestamp = int(started.timestamp())
         headers = {
             "Content-Type": "application/json", "User-Agent": "GPU-Portal-Webhooks/1",
-            "X-Portal-Event": delivery.event, "X-Portal-Delivery": str(delivery.event_id),
-            "X-Portal-Timestamp": str(timestamp),
-            "X-Portal-Signature": signing.signature(secret=webhook.secret, timestamp=timestamp, body=body),
+            # webhook-id is the event id: the same on every retry and redelivery, for receivers to dedupe.
+            **signing.delivery_headers(secret=webhook.secret, event=delivery.event, message_id=str(delivery.event_id),
+                                       timestamp=timestamp, body=body),
         }
         try:
             answer = outbound.post(webhook.url, body=body, headers=headers, timeout=TIMEOUT_SECONDS,

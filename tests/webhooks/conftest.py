@@ -1,9 +1,12 @@
-"""Webhook test world: a real HTTP receiver on 127.0.0.1 that checks signatures as a customer would, and a
-stand-in for Celery's broker (the one thing that leaves the process) whose queued tasks the tests run.
+"""Webhook test world: a real HTTP receiver on 127.0.0.1 that checks signatures as a customer would (with the
+standardwebhooks library's own verifier, and the deprecated X-Portal-Signature by hand as the README says),
+and a stand-in for Celery's broker (the one thing that leaves the process) whose queued tasks the tests run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import http.server
 import json
 import threading
@@ -13,9 +16,11 @@ from dataclasses import dataclass, field
 import pytest
 from celery.canvas import Signature
 from celery.exceptions import Retry
+from standardwebhooks import Webhook as StandardWebhook
+from standardwebhooks import WebhookVerificationError
 
 from config.celery import app as celery_app
-from webhooks import services, signing
+from webhooks import services
 from webhooks import tasks as webhook_tasks  # registers the tasks with the app, as a worker's autodiscovery does
 from webhooks.models import Webhook
 
@@ -27,7 +32,9 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
-    signature_ok: bool
+    signature_ok: bool  # the standardwebhooks library verified it (webhook-id, -timestamp, -signature)
+    refusal: str  # else the library's reason
+    legacy_signature_ok: bool  # the deprecated X-Portal-Signature is right too
 
     @property
     def json(self) -> dict:
@@ -38,7 +45,8 @@ class Receiver:
     """Answers each POST with the next status of ``answers`` (200 once they run out) and records it."""
 
     def __init__(self):
-        self.secret = ""
+        self.secret = ""  # as a Standard Webhooks library is given it
+        self.legacy_secret = ""  # the text X-Portal-Signature is keyed with, when not the same
         self.answers: list[int] = []
         self.requests: list[Received] = []
         receiver = self
@@ -47,11 +55,15 @@ class Receiver:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 headers = {key.lower(): value for key, value in self.headers.items()}
-                ok = signing.verify(secret=receiver.secret, timestamp=headers.get("x-portal-timestamp", ""), body=body,
-                                    header=headers.get("x-portal-signature", ""), now=time.time())
-                receiver.requests.append(Received(self.path, headers, body, ok))
+                try:
+                    StandardWebhook(receiver.secret).verify(body, headers)
+                    ok, refusal = True, ""
+                except (WebhookVerificationError, ValueError) as exc:  # ValueError: a secret it cannot decode
+                    ok, refusal = False, f"{type(exc).__name__}: {exc}"
+                legacy_ok = legacy_signature_ok(receiver.legacy_secret or receiver.secret, headers, body)
+                receiver.requests.append(Received(self.path, headers, body, ok, refusal, legacy_ok))
                 status = receiver.answers.pop(0) if receiver.answers else 200
-                answer = json.dumps({"seen": headers.get("x-portal-delivery"), "status": status}).encode()
+                answer = json.dumps({"seen": headers.get("webhook-id"), "status": status}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))
@@ -70,6 +82,13 @@ class Receiver:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=10)
+
+
+def legacy_signature_ok(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    """The deprecated check, written out as the README describes it to receivers."""
+    timestamp, header = headers.get("x-portal-timestamp", ""), headers.get("x-portal-signature", "")
+    expected = "sha256=" + hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return timestamp.isdigit() and abs(time.time() - int(timestamp)) <= 300 and hmac.compare_digest(expected, header)
 
 
 @dataclass

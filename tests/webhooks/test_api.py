@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from quotas.models import AuditEvent, Department
@@ -78,7 +80,9 @@ def test_creating_is_for_the_departments_admins_and_shows_the_secret_once(api):
         "anonymous": 401, "bob": 400, "alice": 403, "carol": 201, "admin": 201}
     assert answers["bob"].json() == {"department": ["You are not a member of a department called 'vision'."]}
     created = answers["carol"].json()
-    assert created["secret"].startswith("whsec_") and created["events"] == ["job.failed"] and created["active"] is True
+    assert created["events"] == ["job.failed"] and created["active"] is True
+    # The Standard Webhooks form: "whsec_" + base64 of the 32 key bytes, for any Standard Webhooks library.
+    assert re.fullmatch(r"whsec_[A-Za-z0-9+/]{43}=", created["secret"]), created["secret"]
     assert created["created_by"] == "carol" and created["department"] == "vision"
     again = client(api, "carol").get(f"/api/v1/webhooks/{created['id']}/").json()
     assert "secret" not in again

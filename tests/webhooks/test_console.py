@@ -40,7 +40,9 @@ def test_adding_a_webhook_shows_its_secret_once(carol, receiver):
     webhook = Webhook.objects.get(name="ci")
     assert webhook.events == ["job.succeeded", "job.failed"] and webhook.active and webhook.created_by.username == "carol"
     assert "Copy the secret now: it is not shown again." in page and webhook.secret in page
-    assert "X-Portal-Signature" in page
+    assert "Standard Webhooks" in page and "Webhook(secret).verify(body, headers)" in page
+    assert "<code>webhook-signature</code>" in page and "<code>webhook-id</code>" in page
+    assert "Deprecated, sent for one more release only: <code>X-Portal-Signature</code>" in page
     listing = html(carol.get(PAGE))
     assert webhook.secret not in listing and "<code>job.succeeded</code>, <code>job.failed</code>" in listing
     assert webhook.secret not in html(carol.get(f"{PAGE}{webhook.pk}/"))
@@ -93,6 +95,8 @@ def test_a_failing_delivery_shows_the_error_and_the_next_attempt(carol, hooks, r
 def test_edit_rotate_and_delete(carol, hooks, receiver):
     webhook = webhook_for(receiver, hooks)
     old = webhook.secret
+    edit = html(carol.get(f"{PAGE}{webhook.pk}/"))
+    assert "A secret made before the portal signed that way is in URL-safe base64" in edit  # how to convert it
     response = carol.post(f"{PAGE}{webhook.pk}/", {"name": "ci-2", "url": receiver.url, "events": ["job.failed"]})
     assert response.status_code == 302
     webhook.refresh_from_db()

@@ -1,20 +1,33 @@
-"""Delivering events: signed POSTs to a real receiver, retries with backoff through Celery, giving up,
-one attempt at a time, the reconcile of lost tasks, redelivery, and the SSRF guard."""
+"""Delivering events: POSTs signed by Standard Webhooks (and the deprecated X-Portal headers) to a real
+receiver, retries with backoff through Celery, giving up, one attempt at a time, the reconcile of lost tasks,
+redelivery, secrets old and new, and the SSRF guard."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import re
 import time
 from datetime import timedelta
 
 import pytest
 from django.db import transaction
 from django.utils import timezone
+from standardwebhooks import Webhook as StandardWebhook
+from standardwebhooks import WebhookVerificationError
 
 from config.errors import Conflict, InvalidInput
 from quotas.models import AuditEvent, Department
 from tests.webhooks.conftest import Sent, run_task, webhook_for
 from webhooks import services, signing
-from webhooks.models import Delivery
+from webhooks.models import Delivery, Webhook
+
+# The test vector of the Standard Webhooks specification's libraries (secret, id, timestamp, body, signature).
+VECTOR = ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330,
+          b'{"test": 2432232314}', "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+# A secret as the portal made them before Standard Webhooks ("whsec_" + secrets.token_urlsafe(32)).
+LEGACY_SECRET = "whsec_gAzwL_gkQRt43y6pBdqRyh2Cx-B0_caWDE6J20A7kik"
 
 
 def emit(department: str = "vision", event: str = "job.failed", data: dict | None = None) -> list[Delivery]:
@@ -30,28 +43,102 @@ def test_a_delivery_is_a_signed_json_post_that_a_receiver_can_verify(hooks, rece
     assert [(s.task, s.args) for s in broker.webhook_tasks()] == [("webhooks.tasks.deliver", [delivery.pk, 1])]
     broker.run_all()
     request, = receiver.requests
-    assert request.signature_ok
+    assert request.signature_ok, request.refusal
     assert request.path == "/portal-hook"
     assert request.headers["content-type"] == "application/json"
     assert request.headers["x-portal-event"] == "job.failed"
-    assert request.headers["x-portal-delivery"] == str(delivery.event_id) == request.json["id"]
+    assert request.headers["webhook-id"] == str(delivery.event_id) == request.json["id"]
+    assert request.headers["webhook-signature"].startswith("v1,")
     assert request.json["event"] == "job.failed" and request.json["department"] == "vision"
     assert request.json["data"] == {"id": 7, "name": "digits"}
-    assert abs(int(request.headers["x-portal-timestamp"]) - time.time()) < 60
+    assert abs(int(request.headers["webhook-timestamp"]) - time.time()) < 60
+    # The deprecated headers, still sent for one release: the same id and time, and their own signature.
+    assert request.headers["x-portal-delivery"] == request.headers["webhook-id"]
+    assert request.headers["x-portal-timestamp"] == request.headers["webhook-timestamp"]
+    assert request.headers["x-portal-signature"].startswith("sha256=") and request.legacy_signature_ok
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.response_code) == ("delivered", 1, 200)
     assert str(delivery.event_id) in delivery.response_excerpt and delivery.delivered_at is not None
     assert webhook.deliveries.count() == 1
 
 
-def test_the_signature_fails_with_another_secret_a_changed_body_or_an_old_timestamp():
+def test_the_signature_is_the_specifications_hmac_of_id_timestamp_and_body():
+    secret, message_id, timestamp, body, expected = VECTOR
+    headers = signing.delivery_headers(secret=secret, event="ping", message_id=message_id, timestamp=timestamp,
+                                       body=body)
+    assert headers["webhook-signature"] == expected
+    # The same, written out from the specification without the library.
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    digest = hmac.new(key, f"{message_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    assert headers["webhook-signature"] == "v1," + base64.b64encode(digest).decode()
+    assert (headers["webhook-id"], headers["webhook-timestamp"]) == (message_id, "1614265330")
+
+
+def signed(secret: str, body: bytes, *, message_id: str = "3f1c9a52-6d1e-4a77-9b0e-2f64c1d0a8b5",
+           sent: int | None = None) -> dict[str, str]:
+    return signing.delivery_headers(secret=secret, event="ping", message_id=message_id,
+                                    timestamp=int(time.time()) if sent is None else sent, body=body)
+
+
+def test_a_standard_webhooks_receiver_refuses_a_changed_body_id_or_time_another_secret_or_a_stale_timestamp():
+    secret, body = signing.new_secret(), b'{"event":"ping","id":"3f1c9a52"}'
+    headers = signed(secret, body)
+    assert StandardWebhook(secret).verify(body, headers) == {"event": "ping", "id": "3f1c9a52"}
+    refused = {
+        "changed body": (secret, body + b" ", headers),
+        "another secret": (signing.new_secret(), body, headers),
+        "changed id": (secret, body, {**headers, "webhook-id": "another-event"}),
+        "changed time": (secret, body, {**headers, "webhook-timestamp": str(int(headers["webhook-timestamp"]) - 1)}),
+        "ten minutes old": (secret, body, signed(secret, body, sent=int(time.time()) - 600)),
+        "ten minutes ahead": (secret, body, signed(secret, body, sent=int(time.time()) + 600)),
+        "no signature": (secret, body, {k: v for k, v in headers.items() if k != "webhook-signature"}),
+    }
+    for case, (key, payload, sent_headers) in refused.items():
+        with pytest.raises(WebhookVerificationError):
+            StandardWebhook(key).verify(payload, sent_headers)
+            pytest.fail(f"verified despite a {case}")
+
+
+def test_an_id_with_a_dot_is_refused_as_it_would_blur_the_signed_fields():
+    with pytest.raises(ValueError):
+        signed(signing.new_secret(), b"{}", message_id="evt.1")
+
+
+def test_the_deprecated_signature_fails_with_another_secret_a_changed_body_or_an_old_timestamp():
     body, now = b'{"event":"ping"}', 1_767_225_600
-    header = signing.signature(secret="s3", timestamp=now, body=body)
-    assert signing.verify(secret="s3", timestamp=str(now), body=body, header=header, now=now + 10)
-    assert not signing.verify(secret="other", timestamp=str(now), body=body, header=header, now=now)
-    assert not signing.verify(secret="s3", timestamp=str(now), body=body + b" ", header=header, now=now)
-    assert not signing.verify(secret="s3", timestamp=str(now), body=body, header=header, now=now + 301)
-    assert not signing.verify(secret="s3", timestamp="soon", body=body, header=header, now=now)
+    header = signing.legacy_signature(secret="s3", timestamp=now, body=body)
+    assert header == "sha256=" + hmac.new(b"s3", f"{now}.".encode() + body, hashlib.sha256).hexdigest()
+    assert signing.legacy_verify(secret="s3", timestamp=str(now), body=body, header=header, now=now + 10)
+    assert not signing.legacy_verify(secret="other", timestamp=str(now), body=body, header=header, now=now)
+    assert not signing.legacy_verify(secret="s3", timestamp=str(now), body=body + b" ", header=header, now=now)
+    assert not signing.legacy_verify(secret="s3", timestamp=str(now), body=body, header=header, now=now + 301)
+    assert not signing.legacy_verify(secret="s3", timestamp="soon", body=body, header=header, now=now)
+
+
+def test_new_secrets_are_standard_webhooks_secrets_of_32_random_bytes(hooks, receiver):
+    made = {webhook_for(receiver, hooks, name=f"ci-{n}").secret for n in range(3)}
+    assert len(made) == 3
+    for secret in made:
+        assert re.fullmatch(r"whsec_[A-Za-z0-9+/]{43}=", secret), secret
+        assert len(base64.b64decode(secret.removeprefix("whsec_"), validate=True)) == 32
+        assert signing.standard_secret(secret) == secret
+
+
+def test_a_secret_made_before_keeps_signing_both_ways_and_converts_as_documented(hooks, receiver, broker):
+    webhook = webhook_for(receiver, hooks)
+    Webhook.objects.filter(pk=webhook.pk).update(secret=LEGACY_SECRET)  # a webhook made before this release
+    # What the README tells its receiver: replace - by + and _ by /, pad with = to a multiple of 4.
+    converted = "whsec_" + LEGACY_SECRET.removeprefix("whsec_").replace("-", "+").replace("_", "/") + "="
+    assert signing.standard_secret(LEGACY_SECRET) == converted
+    receiver.secret, receiver.legacy_secret = converted, LEGACY_SECRET
+    delivery, = emit()
+    run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
+    request, = receiver.requests
+    assert request.legacy_signature_ok  # the receiver that checks X-Portal-Signature notices nothing
+    assert request.signature_ok, request.refusal
+    # Why the conversion is needed: a Standard Webhooks library does not read the URL-safe alphabet.
+    with pytest.raises((WebhookVerificationError, ValueError)):
+        StandardWebhook(LEGACY_SECRET).verify(request.body, request.headers)
 
 
 def test_a_failing_receiver_gets_the_event_again_after_the_backoff_with_the_same_id(hooks, receiver, broker,
@@ -64,8 +151,9 @@ def test_a_failing_receiver_gets_the_event_again_after_the_backoff_with_the_same
     # What Celery was asked: attempt 1 at once, attempt 2 after 10 s, attempt 3 after 30 s.
     assert [(s.args, s.countdown) for s in runs] == [([delivery.pk, 1], None), ([delivery.pk, 2], 10), ([delivery.pk, 3], 30)]
     assert len(receiver.requests) == 3
+    assert {r.headers["webhook-id"] for r in receiver.requests} == {str(delivery.event_id)}
     assert {r.headers["x-portal-delivery"] for r in receiver.requests} == {str(delivery.event_id)}
-    assert all(r.signature_ok for r in receiver.requests)
+    assert all(r.signature_ok and r.legacy_signature_ok for r in receiver.requests)
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.response_code, delivery.error) == ("delivered", 3, 200, "")
 
@@ -163,6 +251,7 @@ def test_a_redelivery_is_a_new_delivery_of_the_same_event(hooks, receiver, broke
     again.refresh_from_db()
     assert again.pk != delivery.pk and again.event_id == delivery.event_id and again.status == "delivered"
     assert receiver.requests[-1].json == delivery.payload and receiver.requests[-1].signature_ok
+    assert {r.headers["webhook-id"] for r in receiver.requests} == {str(delivery.event_id)}  # 8 attempts + 1
     assert AuditEvent.objects.filter(action="webhook.redeliver", actor=hooks.carol).count() == 1
 
 
@@ -170,13 +259,16 @@ def test_a_rotated_secret_signs_the_next_attempt(hooks, receiver, broker, django
     webhook = webhook_for(receiver, hooks)
     old = webhook.secret
     webhook = services.webhook_rotate_secret(actor=hooks.carol, webhook=webhook)
-    assert webhook.secret != old and webhook.secret.startswith("whsec_")
+    assert webhook.secret != old and signing.standard_secret(webhook.secret) == webhook.secret
     receiver.secret = webhook.secret
     with django_capture_on_commit_callbacks(execute=True):
         services.webhook_ping(actor=hooks.carol, webhook=webhook)
     broker.run_all()
     request, = receiver.requests
     assert request.signature_ok and request.json["event"] == "ping" and request.headers["x-portal-event"] == "ping"
+    assert request.legacy_signature_ok
+    with pytest.raises(WebhookVerificationError):
+        StandardWebhook(old).verify(request.body, request.headers)
 
 
 # --- SSRF guard ------------------------------------------------------------------------------------
