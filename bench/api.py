@@ -151,7 +151,10 @@ def _load_history(count: int, *, seed: int = 8) -> None:
     from django.utils import timezone
 
     from jobs.models import Job, JobEvent
-    from quotas.models import Cluster, Department, FrameworkImage, Membership, PriorityClass
+    from clusters.models import Cluster
+    from accounts.models import Department, Membership
+    from images.models import FrameworkImage
+    from quotas.models import PriorityClass
 
     rng = random.Random(seed)
     User = get_user_model()

@@ -1,7 +1,7 @@
 """GPU placement under "workload inflation" (the FGD protocol on the openb trace, PROTOCOL.md).
 
     python -m bench.placement --pods PODS.csv --nodes NODES.csv --arrived-pct 100 --seeds 42-51 \\
-        --policy portal|bestfit|random --json OUT.json
+        --policy portal|fragmentation|binpack|spread|bestfit|random|fgd --json OUT.json
 
 Per seed: pods sorted by name and shuffled, then clones drawn with replacement until the next one would
 push the arrived GPU request past 1.3 x capacity; nodes get a random tie-break rank; each pod is placed
@@ -11,7 +11,16 @@ recorded as % of capacity; "allocation at X% arrived" is the mean used % over th
 one value or a list (80,90,100,110,130); ``--seeds`` a range (42-51) or a list. JSON keys:
 gpu_alloc_pct_mean, gpu_alloc_pct_std, per_seed -- per percentage ({"100": {...}}) when several are given.
 The published baselines (published/fgd_alloc_summary_default.csv next to the pods file) are printed beside.
-The placement core is ``quotas.scheduler.packing``; ``portal`` learns its pod mix from the pods seen so far.
+
+What is measured is the live placement code, ``quotas.scheduler.placement``: each pod is one worker placed
+by ``Occupancy.place`` (the call the scheduling cycle makes) on an occupancy of the trace's nodes, which
+track CPU, memory and pod slots as well as GPUs. ``fragmentation``, ``binpack`` and ``spread`` are the
+pools' policies; ``portal`` is ``fragmentation`` (its name here before it was the live one). The
+fragmentation policy scores against the shapes of the pods arrived so far -- in the portal it is the
+workers of the pool's running and pending jobs, the same thing here, where nothing departs and a pod that
+does not fit would wait -- refrozen after 16, 32, 64, ... pods rather than at every pod. ``bestfit``,
+``random`` and ``fgd`` are the protocol's baselines (``bench.placement_baselines``), choosing nodes on the
+same occupancy.
 """
 
 from __future__ import annotations
@@ -25,13 +34,48 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from quotas.scheduler.fragmentation import PodMix
-from quotas.scheduler.packing import POLICIES, Node, Pod, commit, make_policy
+from bench.placement_baselines import BestFitPlacement, FgdPlacement, RandomPlacement
+from quotas.scheduler.placement import FULL, Fragmentation, NodeSpec, Occupancy, PodMix, make_policy
 
+LIVE = {"portal": "fragmentation", "fragmentation": "fragmentation", "binpack": "binpack", "spread": "spread"}
+POLICIES = (*LIVE, "bestfit", "random", "fgd")
 GROWTH = 1.3  # clones are appended up to this multiple of the GPU capacity
+MAX_PODS = 1001  # per node (PROTOCOL.md item 1)
+FIRST_REFRESH = 16  # the learnt mix is refrozen after 16, 32, 64, ... pods
 _DATA: dict = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """One trace pod: CPU milli, memory MiB, ``num_gpu`` whole GPUs (``gpu_milli`` 1000) or one GPU's
+    ``gpu_milli``; ``gpu_spec``: the GPU models it may use (empty: any)."""
+
+    cpu: int
+    mem: int
+    num_gpu: int = 0
+    gpu_milli: int = 0
+    gpu_spec: frozenset = field(default_factory=frozenset)
+
+    def __post_init__(self):
+        if self.num_gpu < 0 or not 0 <= self.gpu_milli <= FULL or self.cpu < 0 or self.mem < 0:
+            raise ValueError(f"bad pod request {self}")
+        if not self.gpu_milli and self.num_gpu:  # a GPU count with no milli asks for no GPU
+            object.__setattr__(self, "num_gpu", 0)
+        if self.num_gpu > 1 and self.gpu_milli < FULL:
+            raise ValueError(f"{self}: a worker of several partial GPUs is not something the portal places")
+
+    @property
+    def gpu_request(self) -> int:
+        """GPU milli requested in total."""
+        return self.num_gpu * self.gpu_milli
+
+    @property
+    def gpus(self) -> float:
+        """As the scheduler asks for it: whole GPUs, or a share of one."""
+        return self.gpu_milli / FULL if self.num_gpu == 1 else float(self.num_gpu)
 
 
 def load_nodes(path: Path) -> list[tuple]:
@@ -79,25 +123,53 @@ def arrivals(pods: list[Pod], capacity: int, rng: random.Random) -> list[Pod]:
         total += clone.gpu_request
 
 
+class LearntMix:
+    """Feeds the fragmentation policy the shapes of the pods arrived so far (see the module's docstring)."""
+
+    def __init__(self, policy: Fragmentation):
+        self.policy, self.mix, self.next = policy, PodMix(coverage=1.0), FIRST_REFRESH
+
+    def observe(self, pod: Pod) -> None:
+        self.mix.observe(pod)
+        if self.mix.seen >= self.next:
+            self.policy.use(self.mix.typical())
+            self.next = max(FIRST_REFRESH, 2 * self.mix.seen)
+
+
+def make_bench_policy(name: str, nodes: list[NodeSpec], pods: list[Pod], *, seed: int, trace_order: list[int]):
+    """(policy, learner or None) for the occupancy of ``nodes`` (in rank order)."""
+    if name in LIVE:
+        policy = make_policy(LIVE[name])
+        return policy, LearntMix(policy) if isinstance(policy, Fragmentation) else None
+    if name == "random":
+        return RandomPlacement(seed, trace_order), None
+    if name == "bestfit":
+        return BestFitPlacement(nodes), None
+    if name == "fgd":  # FGD is given the trace's mix up front
+        return FgdPlacement(PodMix.from_pods(pods, 0.95).typical()), None
+    raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+
+
 def run_seed(seed: int, policy_name: str, pcts: list[int]) -> dict[int, float | None]:
     """Allocation % at each arrived % for one seed."""
     node_rows, pods = _DATA["nodes"], _DATA["pods"]
     rng = random.Random(seed)
-    nodes = [Node(*row) for row in node_rows]
-    capacity = sum(len(n.gpu_free) for n in nodes) * 1000
+    capacity = sum(row[3] for row in node_rows) * FULL
     order = arrivals(pods, capacity, rng)
-    ranks = list(range(len(nodes)))
+    ranks = list(range(len(node_rows)))  # ranks[i]: node i's rank, and its index in the occupancy
     rng.shuffle(ranks)
-    mix = PodMix.from_pods(pods, 0.95) if policy_name == "fgd" else None  # FGD is given the trace mix
-    policy = make_policy(policy_name, nodes, seed=rng.getrandbits(64), ranks=ranks, mix=mix)
+    by_rank = sorted(range(len(node_rows)), key=ranks.__getitem__)
+    nodes = [NodeSpec(name, gpus, model, cpu, mem, MAX_PODS)
+             for name, cpu, mem, gpus, model in (node_rows[i] for i in by_rank)]
+    policy, learner = make_bench_policy(policy_name, nodes, pods, seed=rng.getrandbits(64), trace_order=ranks)
+    occupancy = Occupancy.from_nodes(nodes, policy)
     sums, counts = dict.fromkeys(pcts, 0.0), dict.fromkeys(pcts, 0)
     used = arrived = 0
     for pod in order:
         arrived += pod.gpu_request
-        policy.observe(pod)
-        placement = policy.choose(nodes, pod)
-        if placement is not None:
-            commit(nodes, pod, placement)
+        if learner is not None:
+            learner.observe(pod)
+        if occupancy.place(1, pod.gpus, cpu=pod.cpu, mem=pod.mem, models=pod.gpu_spec) is not None:
             used += pod.gpu_request
         pct = round_half_even(arrived * 100, capacity)
         if pct in sums:
@@ -170,10 +242,22 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+def measured(policy: str) -> str:
+    """Which placement code a figure measures."""
+    if policy in LIVE:
+        alias = f" ('{policy}' is its name in this benchmark)" if policy != LIVE[policy] else ""
+        learnt = "; pod mix learnt from the pods arrived so far" if LIVE[policy] == "fragmentation" else ""
+        return (f"the live quotas.scheduler placement policy '{LIVE[policy]}'{alias} "
+                f"(quotas.scheduler.placement.Occupancy.place{learnt})")
+    return (f"the protocol baseline '{policy}' (bench.placement_baselines), choosing nodes on the live "
+            "quotas.scheduler.placement occupancy and fit rules")
+
+
 def report(args, summary: dict, baselines, wall: float) -> None:
     multi = len(args.arrived_pct) > 1
     print(f"placement: policy={args.policy} seeds={len(args.seeds)} nodes={args.nodes.name} pods={args.pods.name} "
           f"wall={wall:.1f}s")
+    print(f"  measures: {measured(args.policy)}")
     for x in args.arrived_pct:
         s = summary[str(x)] if multi else summary
         mean, std = s["gpu_alloc_pct_mean"], s["gpu_alloc_pct_std"]

@@ -115,7 +115,7 @@ def _wait_ready(api: Api, timeout: float = 60) -> str:
 
 def _stop_model_servers(data_root: Path) -> None:
     """The portal's model servers are detached (they outlive the worker that started them): end them here."""
-    from models_registry.serving.local import LocalServingBackend
+    from serving.backends.local import LocalServingBackend
 
     backend = LocalServingBackend(data_root / "serving")
     for process in backend.running().values():

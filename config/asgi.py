@@ -12,12 +12,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from frontend.routing import websocket_urlpatterns  # noqa: E402
-from models_registry.router import asgi_fast_path  # noqa: E402
+from serving.router import asgi_fast_path  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         # Token-authenticated calls to /serve/ skip Django's middleware (a thread hop per hook, ~5 ms a
-        # request): models_registry.router answers them itself; everything else is Django's.
+        # request): serving.router answers them itself; everything else is Django's.
         "http": asgi_fast_path(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }

@@ -9,7 +9,7 @@ from channels.layers import get_channel_layer
 from django.db import connection
 from django.http import JsonResponse
 
-from config.celery import app as celery_app
+from core.celery import app as celery_app
 
 TIMEOUT_SECONDS = 3
 

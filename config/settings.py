@@ -12,7 +12,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import Env, EnvError
+from core.env import Env, EnvError
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = Env()
@@ -85,7 +85,7 @@ if _s["log_level"] not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
 
 PORTAL_DATA_ROOT = _s["data_root"]
 PORTAL_PORT = _s["port"]
-# A TensorBoard nobody has opened for this long is stopped (jobs.tasks.reconcile_tensorboards).
+# A TensorBoard nobody has opened for this long is stopped (tensorboards.tasks.reconcile_tensorboards).
 PORTAL_TENSORBOARD_IDLE_SECONDS = _s["tensorboard_idle_seconds"]
 # Registered model versions keep a copy of their artifact here (models_registry/artifacts.py).
 PORTAL_ARTIFACT_ROOT = _s["artifact_root"]
@@ -119,11 +119,17 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    # The portal's apps, bottom floor first (docs/architecture.md "The stack").
+    "accounts",
+    "clusters",
     "quotas",
-    "jobs",
-    "models_registry",
-    "builds",
+    "images",
     "webhooks",
+    "jobs",
+    "tensorboards",
+    "models_registry",
+    "serving",
+    "demo",
     "frontend",
 ]
 
@@ -229,11 +235,11 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "reconcile-jobs": {"task": "jobs.tasks.reconcile_jobs", "schedule": float(_s["reconcile_seconds"])},
     # Stop TensorBoards nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS; show jobs' new runs on the others.
-    "reconcile-tensorboards": {"task": "jobs.tasks.reconcile_tensorboards", "schedule": 60.0},
+    "reconcile-tensorboards": {"task": "tensorboards.tasks.reconcile_tensorboards", "schedule": 60.0},
     # Model servers of deployment variants (start, restart crashed ones, stop removed ones) and rollout steps.
-    "reconcile-model-servers": {"task": "models_registry.tasks.reconcile_servers", "schedule": 3.0},
+    "reconcile-model-servers": {"task": "serving.tasks.reconcile_servers", "schedule": 3.0},
     # Image builds: launch queued Kaniko Jobs, follow running ones, add finished images to the catalogue.
-    "reconcile-image-builds": {"task": "builds.tasks.reconcile_builds", "schedule": 10.0},
+    "reconcile-image-builds": {"task": "images.tasks.reconcile_builds", "schedule": 10.0},
     # Webhook deliveries whose retry task was lost are sent again; old delivery log entries are dropped.
     "reconcile-webhook-deliveries": {"task": "webhooks.tasks.reconcile_deliveries", "schedule": 60.0},
 }
@@ -276,16 +282,16 @@ X_FRAME_OPTIONS = "SAMEORIGIN"
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header makes anonymous calls 401, not 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "quotas.authentication.ApiTokenAuthentication",
+        "accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "config.api.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.Pagination",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_THROTTLE_CLASSES": ["config.api.AnonThrottle", "config.api.UserThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["core.api.AnonThrottle", "core.api.UserThrottle"],
     "DEFAULT_THROTTLE_RATES": {"anon": _s["throttle_anon"], "user": _s["throttle_user"]},
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
 }
 SPECTACULAR_SETTINGS = {

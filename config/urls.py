@@ -7,11 +7,14 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from config.health import healthz
 
 api_v1 = [
+    path("", include("accounts.urls")),
     path("", include("quotas.urls")),
+    path("", include("clusters.urls")),
     path("", include("jobs.urls")),
+    path("", include("tensorboards.urls")),
     path("", include("models_registry.urls")),
-    path("", include("models_registry.deployments_urls")),
-    path("", include("builds.urls")),
+    path("", include("serving.urls")),
+    path("", include("images.urls")),
     path("", include("webhooks.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
@@ -24,11 +27,11 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("i18n/", include("django.conf.urls.i18n")),
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["frontend"]), name="javascript-catalog"),
-    path("tensorboard/", include("jobs.proxy")),
-    path("serve/", include("models_registry.router")),
-    path("deployments/", include("models_registry.deployment_urls_ui")),
+    path("tensorboard/", include("tensorboards.proxy")),
+    path("serve/", include("serving.router")),
+    path("deployments/", include("serving.urls_ui")),
     path("models/", include("models_registry.urls_ui")),
-    path("images/", include("builds.urls_ui")),
+    path("images/", include("images.urls_ui")),
     path("", include("frontend.urls")),
 ]
 

@@ -24,10 +24,18 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from config.errors import Conflict, InvalidInput
-from quotas import permissions, selectors, services
-from quotas import storage as storage_services
-from quotas.models import Membership, PriorityClass, Storage
+from core.errors import Conflict, InvalidInput
+from accounts import permissions
+from quotas import selectors, services
+from clusters import storage as storage_services
+from accounts.models import Membership
+from quotas.models import PriorityClass
+from clusters.models import Storage
+from clusters import selectors as cluster_selectors
+from jobs import admission
+from jobs import usage as job_usage
+from accounts import services as account_services
+from accounts import selectors as account_selectors
 
 ROLES = [(Membership.Role.MEMBER, gettext_lazy("Member")), (Membership.Role.DEPT_ADMIN, gettext_lazy("Department admin"))]
 AUDIT_PAGE_SIZE = 50
@@ -36,12 +44,12 @@ AUDIT_PAGE_SIZE = 50
 # --- Access -------------------------------------------------------------------------
 
 def _require_console(user) -> None:
-    if not (permissions.is_platform_admin(user) or selectors.departments_managed(user=user).exists()):
+    if not (permissions.is_platform_admin(user) or account_selectors.departments_managed(user=user).exists()):
         raise PermissionDenied(_("The admin console is for department admins and platform admins."))
 
 
 def _managed(request, slug: str):
-    department = selectors.department_get(user=request.user, slug=slug)
+    department = account_selectors.department_get(user=request.user, slug=slug)
     if department is None:
         raise Http404(_("No department with that name among yours."))
     if not permissions.can_manage(request.user, department):
@@ -53,7 +61,7 @@ def _managed_filter(request, slug: str):
     """A department chosen in a filter: one the user manages, or None for all of them."""
     if not slug:
         return None
-    department = selectors.departments_managed(user=request.user).filter(slug=slug).first()
+    department = account_selectors.departments_managed(user=request.user).filter(slug=slug).first()
     if department is None:
         raise Http404(_("No department with that name among those you manage."))
     return department
@@ -69,7 +77,7 @@ def _show_errors(form: forms.Form, exc: InvalidInput) -> None:
 @login_required
 def index(request):
     _require_console(request.user)
-    departments = selectors.departments_managed(user=request.user)
+    departments = account_selectors.departments_managed(user=request.user)
     return render(request, "frontend/console/index.html", {"departments": departments, "section": "index"})
 
 
@@ -97,7 +105,7 @@ def members(request, slug):
     if request.method == "POST":
         if form.is_valid():
             try:
-                membership = services.membership_set(actor=request.user, department=department, **form.cleaned_data)
+                membership = account_services.membership_set(actor=request.user, department=department, **form.cleaned_data)
             except InvalidInput as exc:
                 _show_errors(form, exc)
             else:
@@ -105,7 +113,7 @@ def members(request, slug):
                     "user": membership.user.username, "role": dict(ROLES)[membership.role], "department": department.slug})
                 return redirect("console:members", slug=department.slug)
         status = 400
-    rows = [(m, RoleForm(initial={"role": m.role}, prefix=f"m{m.pk}")) for m in selectors.members_of(department=department)]
+    rows = [(m, RoleForm(initial={"role": m.role}, prefix=f"m{m.pk}")) for m in account_selectors.members_of(department=department)]
     return render(request, "frontend/console/members.html", {
         "department": department, "section": "members", "form": form, "rows": rows,
     }, status=status)
@@ -121,7 +129,7 @@ def member_role(request, slug, membership_id):
         messages.error(request, _("Choose a role from the list."))
     else:
         try:
-            services.membership_set(actor=request.user, department=department, username=membership.user.username,
+            account_services.membership_set(actor=request.user, department=department, username=membership.user.username,
                                     role=form.cleaned_data["role"])
         except InvalidInput as exc:
             messages.error(request, " ".join(str(p) for problems in exc.errors.values() for p in problems))
@@ -140,7 +148,7 @@ def member_remove(request, slug, membership_id):
     membership = get_object_or_404(Membership.objects.select_related("user", "department"), pk=membership_id,
                                    department=department)
     try:
-        services.membership_remove(actor=request.user, membership=membership)
+        account_services.membership_remove(actor=request.user, membership=membership)
     except InvalidInput as exc:
         messages.error(request, " ".join(str(p) for problems in exc.errors.values() for p in problems))
     else:
@@ -179,10 +187,10 @@ def quotas(request, slug):
             "borrowing_limit": quota.borrowing_limit if quota else None,
             "lending_limit": quota.lending_limit if quota else None,
         }))
-        for pool, quota in selectors.pools_with_quotas(department=department)
+        for pool, quota in job_usage.pools_with_quotas(department=department)
     ]
     context = {"department": department, "section": "quotas", "editable": editable, "rows": rows,
-               "current": selectors.department_quotas(department=department), "mode": "edit"}
+               "current": job_usage.department_quotas(department=department), "mode": "edit"}
     if request.method == "POST" and action in ("preview", "save") and all(form.is_valid() for _pool, form in rows):
         chosen = [(pool, form) for pool, form in rows if form.cleaned_data["nominal"] is not None]
         items = [{"cluster": pool.cluster.name, "gpu_type": pool.gpu_type, **form.cleaned_data} for pool, form in chosen]
@@ -191,13 +199,13 @@ def quotas(request, slug):
                 services.quota_set(actor=request.user, department=department, quotas=items)
                 messages.success(request, _("Quotas of %(department)s saved.") % {"department": department.slug})
                 return redirect("console:quotas", slug=department.slug)
-            decisions = services.quota_preview(department=department, quotas=items)
+            decisions = admission.quota_preview(department=department, quotas=items)
         except InvalidInput as exc:
             for (_pool, form), problems in zip(chosen, exc.errors.get("quotas", [])):
                 if problems:
                     _show_errors(form, InvalidInput(problems))
         else:
-            jobs = selectors.jobs_by_id(ids=[d.job_id for d in (*decisions.admissions, *decisions.preemptions, *decisions.waiting)])
+            jobs = job_usage.jobs_by_id(ids=[d.job_id for d in (*decisions.admissions, *decisions.preemptions, *decisions.waiting)])
             context.update(mode="preview", proposed=items, preview={
                 "admitted": [{"job": jobs[d.job_id]} for d in decisions.admissions],
                 "preempted": [{"job": jobs[d.job_id], "message": d.message} for d in decisions.preemptions],
@@ -294,7 +302,7 @@ def storage(request, slug):
             messages.success(request, _("Storage %(name)s created.") % {"name": created.name})
             return redirect("console:storage", slug=department.slug)
     return render(request, "frontend/console/storage.html", {
-        "department": department, "section": "storage", "form": form, "storages": selectors.storages_of(department=department),
+        "department": department, "section": "storage", "form": form, "storages": cluster_selectors.storages_of(department=department),
     }, status=400 if request.method == "POST" else 200)
 
 
@@ -341,12 +349,12 @@ def storage_delete(request, slug, storage_id):
 def usage(request):
     _require_console(request.user)
     chosen = _managed_filter(request, request.GET.get("department", ""))
-    departments = [chosen] if chosen else list(selectors.departments_managed(user=request.user))
+    departments = [chosen] if chosen else list(account_selectors.departments_managed(user=request.user))
     start, end = request.GET.get("from", ""), request.GET.get("to", "")
-    context = {"section": "usage", "departments": selectors.departments_managed(user=request.user), "chosen": chosen,
+    context = {"section": "usage", "departments": account_selectors.departments_managed(user=request.user), "chosen": chosen,
                "start": start, "end": end, "errors": {}}
     try:
-        report = selectors.usage_get(departments=departments, start=start, end=end, now=timezone.now())
+        report = job_usage.usage_get(departments=departments, start=start, end=end, now=timezone.now())
     except InvalidInput as exc:
         context["errors"] = exc.errors
         return render(request, "frontend/console/usage.html", context, status=400)
@@ -358,7 +366,7 @@ def usage(request):
         report=report, start=report.start.isoformat(), end=report.end.isoformat(),
         by_user=report.rows("user"), by_gpu_type=report.rows("gpu_type"), by_day=report.rows("day"),
         chart={"days": [day.isoformat() for day in report.days], "series": report.daily_series()},
-        csv_links=[(group, f"{csv_url}?{urlencode({**query, 'group_by': group})}") for group in selectors.USAGE_GROUPS],
+        csv_links=[(group, f"{csv_url}?{urlencode({**query, 'group_by': group})}") for group in job_usage.USAGE_GROUPS],
     )
     return render(request, "frontend/console/usage.html", context)
 
@@ -370,12 +378,12 @@ def audit(request):
     _require_console(request.user)
     chosen = _managed_filter(request, request.GET.get("department", ""))
     action = request.GET.get("action", "")
-    events = selectors.audit_events(user=request.user, department=chosen, action=action)
+    events = account_selectors.audit_events(user=request.user, department=chosen, action=action)
     page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
     filters = urlencode({key: value for key, value in (("department", chosen.slug if chosen else ""), ("action", action)) if value})
     return render(request, "frontend/console/audit.html", {
-        "section": "audit", "departments": selectors.departments_managed(user=request.user), "chosen": chosen,
-        "action": action, "actions": selectors.audit_action_families(user=request.user), "page": page,
+        "section": "audit", "departments": account_selectors.departments_managed(user=request.user), "chosen": chosen,
+        "action": action, "actions": account_selectors.audit_action_families(user=request.user), "page": page,
         "rows": [(event, json.dumps(event.data, indent=1, sort_keys=True, default=str)) for event in page],
         "filters": filters,
     })

@@ -8,7 +8,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from frontend.services import user_group
 from jobs import live, selectors
-from quotas import selectors as quota_selectors
+from accounts import selectors as account_selectors
 
 UNAUTHENTICATED = 4401
 NOT_FOUND = 4404
@@ -91,5 +91,5 @@ class DepartmentConsumer(_LiveConsumer):
     """``/ws/departments/<slug>/``: every job change and queue move of one department, for its members."""
 
     def group_for(self, user):
-        department = quota_selectors.department_get(user=user, slug=self.scope["url_route"]["kwargs"]["slug"])
+        department = account_selectors.department_get(user=user, slug=self.scope["url_route"]["kwargs"]["slug"])
         return live.department_group(department.pk) if department else None

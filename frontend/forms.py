@@ -12,6 +12,8 @@ from django.utils.translation import gettext_lazy as _
 
 from jobs import services as job_services
 from quotas import selectors as quota_selectors
+from images import selectors as image_selectors
+from accounts import selectors as account_selectors
 
 SECONDS_PER_HOUR = 3600
 # Service field -> form field, where they differ.
@@ -61,12 +63,12 @@ class JobForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         kwargs.setdefault("label_suffix", "")  # labels read exactly "Name", "Code URL" ...
         super().__init__(*args, **kwargs)
-        departments = list(quota_selectors.departments_usable(user=user))
+        departments = list(account_selectors.departments_usable(user=user))
         quotas = list(quota_selectors.quotas_of(departments=departments))
         self.fields["department"].choices = [(d.slug, f"{d.name} ({d.slug})") for d in departments]
         self.fields["cluster"].choices = [(name, name) for name in sorted(_unique(q.pool.cluster.name for q in quotas))]
         self.fields["gpu_type"].choices = [(t, t) for t in _unique(q.pool.gpu_type for q in quotas)]
-        images = [image.name for image in quota_selectors.images_for(user=user)]
+        images = [image.name for image in image_selectors.images_for(user=user)]
         self.fields["image"].choices = [(name, name) for name in images]
         preemptible = _("preemptible")  # outside the f-string, where makemessages cannot see it
         self.fields["priority"].choices = [

@@ -1,6 +1,6 @@
 """The API tokens page: list my personal API tokens, create one (its key shown once), revoke one.
 
-Included from frontend/urls.py as `tokens/`; the work is done by quotas.tokens.
+Included from frontend/urls.py as `tokens/`; the work is done by accounts.tokens.
 """
 
 from django.contrib import messages
@@ -12,8 +12,8 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from config.errors import InvalidInput
-from quotas import tokens
+from core.errors import InvalidInput
+from accounts import tokens
 
 
 # never_cache: the response that carries a new key must not be kept by the browser or a proxy.

@@ -16,13 +16,15 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from config.errors import Conflict, InvalidInput
+from core.errors import Conflict, InvalidInput
 from frontend.forms import JobForm
 from jobs import lifecycle, selectors, services
 from jobs.models import Job
-from quotas import permissions
-from quotas import selectors as quota_selectors
-from quotas.clusters import cluster_warnings, clusters_unisolated
+from accounts import permissions
+from clusters.cluster_settings import cluster_warnings, clusters_unisolated
+from clusters import selectors as cluster_selectors
+from jobs import usage as job_usage
+from accounts import selectors as account_selectors
 
 JOBS_PER_PAGE = 25
 RECENT_JOBS = 10
@@ -65,7 +67,7 @@ def _bar(quota, usage) -> dict:
 def home(request):
     user = request.user
     mine = selectors.jobs_for(user=user, submitted_by=user.username)
-    departments = quota_selectors.departments_usable(user=user)
+    departments = account_selectors.departments_usable(user=user)
     context = {
         "memberships": user.memberships.select_related("department"),
         "is_platform_admin": permissions.is_platform_admin(user),
@@ -73,7 +75,7 @@ def home(request):
         "queued_jobs": mine.filter(status=lifecycle.QUEUED).order_by("queue_position", "created_at"),
         "usage": [
             (department, [_bar(quota, usage) for quota, usage in rows])
-            for department, rows in quota_selectors.usage_of(departments=departments)
+            for department, rows in job_usage.usage_of(departments=departments)
         ],
         "live_departments": [department.slug for department in departments],
     }
@@ -89,7 +91,7 @@ def job_list(request):
     }
     jobs = selectors.jobs_for(user=request.user, **filters)
     page = Paginator(jobs, JOBS_PER_PAGE).get_page(params.get("page"))
-    departments = quota_selectors.departments_usable(user=request.user)
+    departments = account_selectors.departments_usable(user=request.user)
     keep = params.copy()
     keep.pop("page", None)
     context = {
@@ -161,33 +163,33 @@ def queue(request):
     cluster, gpu_type = request.GET.get("cluster", ""), request.GET.get("gpu_type", "")
     context = {
         "jobs": selectors.queue_for(user=request.user, cluster=cluster, gpu_type=gpu_type),
-        "clusters": quota_selectors.clusters_with_pools(),
+        "clusters": cluster_selectors.clusters_with_pools(),
         "cluster": cluster, "gpu_type": gpu_type,
-        "live_departments": [d.slug for d in quota_selectors.departments_usable(user=request.user)],
+        "live_departments": [d.slug for d in account_selectors.departments_usable(user=request.user)],
     }
     return _render_live(request, "frontend/queue.html", "frontend/partials/queue_rows.html", context)
 
 
 @login_required
 def cluster_list(request):
-    allocated = quota_selectors.pool_allocated()
+    allocated = job_usage.pool_allocated()
     clusters = [
         (cluster, [(pool, allocated.get(pool.pk, 0)) for pool in cluster.pools.all()])
-        for cluster in quota_selectors.clusters_with_pools()
+        for cluster in cluster_selectors.clusters_with_pools()
     ]
     return render(request, "frontend/cluster_list.html", {"clusters": clusters})
 
 
 @login_required
 def cluster_detail(request, name: str):
-    cluster = quota_selectors.cluster_get(name=name)
+    cluster = cluster_selectors.cluster_get(name=name)
     if cluster is None:
         raise Http404(_("No cluster with that name."))
-    allocated = quota_selectors.pool_allocated()
+    allocated = job_usage.pool_allocated()
     gpu_map = selectors.gpu_map(user=request.user, cluster=cluster)
     pools = [(pool, allocated.get(pool.pk, 0), gpu_map[pool.pk]) for pool in cluster.pools.all()]
     context = {
         "cluster": cluster, "pools": pools, "containment_warnings": cluster_warnings(cluster=cluster),
-        "live_departments": [d.slug for d in quota_selectors.departments_usable(user=request.user)],
+        "live_departments": [d.slug for d in account_selectors.departments_usable(user=request.user)],
     }
     return _render_live(request, "frontend/cluster_detail.html", "frontend/partials/cluster_live.html", context)

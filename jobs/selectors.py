@@ -10,7 +10,7 @@ from django.db.models import Q, QuerySet
 
 from jobs import lifecycle
 from jobs.models import Job, JobEvent
-from quotas import permissions
+from accounts import permissions
 
 
 def jobs_for(*, user, department: str = "", status: str = "", submitted_by: str = "", search: str = "") -> QuerySet[Job]:

@@ -1,12 +1,11 @@
 """Training jobs: submit, clone, cancel, launch on the cluster's executor, and follow what it reports.
 
-Admission is not here: it is quotas.services.scheduling_cycle(), which runs
+Admission is not here: it is jobs.admission.scheduling_cycle(), which runs
 after every submit, every ending and periodically (reconcile).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -15,21 +14,22 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from config.celery import TransientError
-from config.celery import app as celery_app
-from config.errors import Conflict
+from core.celery import TransientError
+from core.errors import Conflict
 from jobs import lifecycle, live
-from jobs.executors.base import (
-    CANCELLED, FAILED, LOST, RUNNING, STARTING, SUCCEEDED, Executor, ExecutorError, JobSpec, Mount, ObservedState,
-    Placement, WorkerPlacement,
-)
+from jobs.executors.base import CANCELLED, FAILED, LOST, RUNNING, STARTING, SUCCEEDED, Executor, JobSpec, Mount, ObservedState, Placement, WorkerPlacement
+from clusters.errors import ExecutorError
 from jobs.executors.local import LocalExecutor
-from jobs.executors.manifests import ClusterSettings, ManifestError, department_gpu_limit
+from clusters.k8s import department_gpu_limit
 from jobs.models import Job, JobEvent
 from jobs.submission import check_submission
 from jobs.transitions import StaleJob, job_created_event, job_transition
-from quotas.models import Cluster, Quota, Storage
-from quotas.services import audit_record, scheduling_cycle
+from clusters.models import Cluster, Storage
+from quotas.models import Quota
+from accounts.services import audit_record
+from jobs import admission
+from clusters.services import cluster_settings, executor_call, kube_for
+from jobs import tasks
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def executor_for(cluster: Cluster) -> Executor:
             isolation=str(cluster.settings.get("isolation", "sandbox")),
             protected_paths=(str(settings.PORTAL_DATA_ROOT), str(settings.BASE_DIR)),
             shared_code=(str(settings.PORTAL_DATA_ROOT / "repos"),),  # where the demo publishes examples/
-            shared_storage=(str(settings.PORTAL_DATA_ROOT / "storage"),),  # the demo's volumes (quotas.storage_paths)
+            shared_storage=(str(settings.PORTAL_DATA_ROOT / "storage"),),  # the demo's volumes (clusters.storage_paths)
             allowed_indexes=tuple(cluster.settings.get("pip_indexes", ())),
             extra_ro_paths=tuple(cluster.settings.get("sandbox_ro_paths", ())),
         )
@@ -62,29 +62,7 @@ def executor_for(cluster: Cluster) -> Executor:
     raise ExecutorError(f"Cluster {cluster.name} uses the {cluster.backend} backend, which is not available.", permanent=True)
 
 
-def cluster_settings(cluster: Cluster) -> ClusterSettings:
-    """How the portal uses a Kubernetes cluster (its settings JSON with defaults, GPU memory from its pools)."""
-    try:
-        return ClusterSettings.from_cluster(
-            cluster.name, cluster.settings, [(pool.gpu_type, pool.gpu_memory_gb) for pool in cluster.pools.all()],
-        )
-    except ManifestError as exc:
-        raise ExecutorError(str(exc), permanent=True) from exc
-
-
 # One API client per cluster and process (a connection pool); rebuilt when the cluster's settings change.
-_kube_clients: dict[int, tuple[str, object]] = {}
-
-
-def kube_for(cluster: Cluster):
-    """The cluster's ``jobs.executors.kubernetes.Kube`` (shared by jobs, boards and model servers)."""
-    from jobs.executors.kubernetes import Kube
-
-    key = json.dumps(cluster.settings, sort_keys=True)
-    cached = _kube_clients.get(cluster.pk)
-    if cached is None or cached[0] != key:
-        cached = _kube_clients[cluster.pk] = (key, Kube.from_settings(cluster.settings))
-    return cached[1]
 
 
 def _kubernetes_executor(cluster: Cluster) -> Executor:
@@ -126,7 +104,7 @@ def job_submit(*, user, data: dict, type_errors: dict | None = None, idempotency
         if idempotency_key:
             return Job.objects.get(submitted_by=user, idempotency_key=idempotency_key), False
         raise
-    scheduling_cycle()
+    admission.scheduling_cycle()
     # What the cycle decided. Only the job's own columns: a cycle never changes its department, pool, image ...,
     # and refreshing those would drop the objects we hold and cost the API answer six more queries.
     job.refresh_from_db(fields=SCHEDULED_FIELDS)
@@ -163,7 +141,7 @@ def job_cancel(*, user, job: Job) -> Job:
         except StaleJob:
             job.refresh_from_db()
             return job_cancel(user=user, job=job)
-        scheduling_cycle()
+        admission.scheduling_cycle()
         return job
     if job.cancel_requested_at is None:
         grace = _grace_seconds(job)
@@ -172,7 +150,7 @@ def job_cancel(*, user, job: Job) -> Job:
         Job.objects.filter(pk=job.pk).update(cancel_requested_at=job.cancel_requested_at, status_message=job.status_message)
         live.job_changed(job=job)
         job_id = job.pk
-        transaction.on_commit(lambda: celery_app.send_task("jobs.tasks.cancel_job", args=[job_id]))
+        transaction.on_commit(lambda: tasks.cancel_job.delay(job_id))
     return job
 
 
@@ -275,10 +253,10 @@ def jobs_reconcile() -> int:
         launched = [job for job in jobs if job.launched_at is not None]
         for job in jobs:
             if job.launched_at is None and (now - job.admitted_at).total_seconds() > RELAUNCH_AFTER_SECONDS:
-                celery_app.send_task("jobs.tasks.launch_job", args=[job.pk])
+                tasks.launch_job.delay(job.pk)
             asked = job.cancel_requested_at or job.preempt_requested_at
             if asked and (now - asked).total_seconds() > _grace_seconds(job) + RESEND_STOP_AFTER_SECONDS:
-                celery_app.send_task("jobs.tasks.cancel_job", args=[job.pk])
+                tasks.cancel_job.delay(job.pk)
         if not launched:
             continue
         states = executor_call(lambda: executor.poll([job.run_id for job in launched]))
@@ -291,7 +269,7 @@ def jobs_reconcile() -> int:
             elif state is None:
                 state = ObservedState(phase=LOST, reason="lost", message="The executor has no record of this job.")
             ended += job_observe(job=job, state=state)
-    scheduling_cycle()
+    admission.scheduling_cycle()
     return ended
 
 
@@ -332,7 +310,7 @@ def _requeue(job: Job, now=None, checkpoint_at: datetime | None = None) -> None:
         now=now, status_message="", preempt_requested_at=None, preempt_reason="", placement=[], admitted_at=None,
         launched_at=None, started_at=None,  # run_id stays: its logs show until the next run starts
     )
-    scheduling_cycle()
+    admission.scheduling_cycle()
 
 
 def _lost_gpu_seconds(*, gpus: float, run_start: datetime | None, checkpoint_at: datetime | None,
@@ -349,17 +327,7 @@ def _lost_gpu_seconds(*, gpus: float, run_start: datetime | None, checkpoint_at:
 
 def _end(job: Job, status: str, *, reason: str, message: str, **fields) -> None:
     job_transition(job=job, to=status, reason=reason, message=message, status_message=message, **fields)
-    scheduling_cycle()
-
-
-def executor_call(operation):
-    """Run a cluster operation: a transient ExecutorError becomes TransientError (Celery retries the task)."""
-    try:
-        return operation()
-    except ExecutorError as exc:
-        if exc.permanent:
-            raise
-        raise TransientError(exc.message) from exc
+    admission.scheduling_cycle()
 
 
 def _from_epoch(seconds: float | None) -> datetime:

@@ -14,17 +14,17 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from config.errors import InvalidInput
-from jobs.executors.requirements import requirement_problems
-from quotas import permissions
-from quotas.models import Cluster, Department, FrameworkImage, GpuPool, PriorityClass, Quota, Storage
+from core.errors import InvalidInput
+from accounts import permissions
+from clusters.models import Cluster, GpuPool, Storage
+from accounts.models import Department
+from images.models import FrameworkImage
+from quotas.models import PriorityClass, Quota
+from clusters.manifest_validation import DNS_1035
+from core.code_url import GIT_REF, REMOTE_SCHEMES, SCP_LIKE
+from core.requirements import pip_requirements
 
-DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# A git ref that cannot be read as a command-line option or a revision range.
-GIT_REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/@+-]{1,200}(?<!\.lock)(?<![./])$")
-SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+$")  # git@host:team/repo.git
-REMOTE_SCHEMES = ("https", "ssh", "git")
 RESERVED_ENV = {
     "PORTAL_JOB_ID", "PORTAL_JOB_NAME", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
     "TF_CONFIG", "CUDA_VISIBLE_DEVICES", "TENSORBOARD_LOG_DIR", "PORTAL_OUTPUT_DIR", "PATH", "VIRTUAL_ENV",
@@ -34,7 +34,6 @@ MAX_COMMAND = 10_000
 MAX_WORKERS = 64
 MAX_RUNTIME_SECONDS = 30 * 24 * 3600
 DEFAULT_MAX_RUNTIME_SECONDS = 7 * 24 * 3600
-MAX_REQUIREMENTS = 200
 MAX_MOUNTS = 20
 MAX_ENV = 100
 
@@ -230,25 +229,6 @@ def _gpus(gpus, workers, pool, fail):
         elif workers * gpus > pool.total:
             fail("workers", f"{workers} workers x {gpus:g} GPUs = {workers * gpus:g} GPUs, more than the "
                  f"{pool.total} that {pool} has.")
-
-
-def pip_requirements(items, fail, *, field: str = "requirements", limit: int = MAX_REQUIREMENTS,
-                     too_many: str = "; put more in the repository's requirements.txt", allow_local_files: bool = False,
-                     allowed_indexes: tuple[str, ...] = ()) -> list[str]:
-    """Each item a requirement by name (jobs.executors.requirements' rules), at most ``limit`` of them; problems
-    reported with ``fail``."""
-    if len(items) > limit:
-        fail(field, f"List at most {limit} {field.replace('_', ' ')}{too_many}.")
-        return []
-    clean = []
-    for index, item in enumerate(items):
-        text = item.strip()
-        problems = requirement_problems([text], allow_local_files=allow_local_files, allowed_indexes=allowed_indexes)
-        if problems:
-            fail(field, problems[0].replace("Item 1 ", f"Item {index + 1} ", 1))
-            continue
-        clean.append(text)
-    return clean
 
 
 def _mounts(items, department, fail):

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from jobs import boards, services
+from jobs import services
 
 
 @shared_task
@@ -18,11 +18,6 @@ def cancel_job(job_id: int) -> None:
 @shared_task(expires=30)
 def reconcile_jobs() -> None:
     services.jobs_reconcile()
-
-
-@shared_task(expires=60)
-def reconcile_tensorboards() -> None:
-    boards.boards_reconcile()
 
 
 @shared_task(expires=600)

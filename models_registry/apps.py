@@ -3,4 +3,4 @@ from django.apps import AppConfig
 
 class ModelsRegistryConfig(AppConfig):
     name = "models_registry"
-    verbose_name = "Model registry and serving"
+    verbose_name = "Model registry"

@@ -1,6 +1,6 @@
 """Reads of the model registry: the models and versions a user may see, and what a job left behind.
 
-Tenancy is quotas.permissions': members of a model's department and platform admins see it; to everyone
+Tenancy is accounts.permissions': members of a model's department and platform admins see it; to everyone
 else it does not exist (None here, 404 at the interfaces).
 """
 
@@ -17,7 +17,7 @@ from django.db.models import Count, Max, Prefetch, QuerySet
 from jobs.executors.local_jobdir import JobDir
 from jobs.models import Job
 from models_registry.models import ModelAlias, ModelVersion, RegisteredModel
-from quotas import permissions
+from accounts import permissions
 
 
 def models_for(*, user, department: str = "", search: str = "") -> QuerySet[RegisteredModel]:
@@ -64,7 +64,7 @@ def metric_names(versions) -> list[str]:
 def job_run_dirs(*, job: Job, executor_root: Path) -> list[JobDir]:
     """The job's run folders, its final run last (a re-queued job has one run per admission).
 
-    Same layout as jobs.boards: <executor root>/jobs/<job id>-<hex>/ (jobs/executors/local_jobdir.py).
+    Same layout as tensorboards.services: <executor root>/jobs/<job id>-<hex>/ (jobs/executors/local_jobdir.py).
     """
     jobs_root = Path(executor_root) / "jobs"
     earlier = sorted(p.name for p in jobs_root.glob(f"{job.pk}-*")

@@ -26,18 +26,18 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from config.celery import app as celery_app
-from config.errors import Conflict, InvalidInput
+from core.errors import Conflict, InvalidInput
 from jobs import lifecycle
 from jobs import selectors as job_selectors
-from jobs.executors.base import ExecutorError
+from clusters.errors import ExecutorError
 from jobs.models import Job
 from jobs.services import executor_for
 from models_registry import artifacts, selectors
 from models_registry.models import ModelAlias, ModelVersion, RegisteredModel
-from quotas import permissions
-from quotas.services import audit_record
+from accounts import permissions
+from accounts.services import audit_record
 from webhooks import events as webhook_events
+from models_registry import tasks
 
 NAME = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?")
 ALIAS = re.compile(r"[a-z](?:[a-z0-9_-]{0,38}[a-z0-9])?")
@@ -103,8 +103,7 @@ def version_register(
             status=ModelVersion.Status.REGISTERING, source_path=artifact_path, framework=framework, source_job=job,
             lineage=_lineage_of(job), metrics=dict(metrics or {}), tags=dict(tags or {}),
         )
-        transaction.on_commit(lambda: celery_app.send_task("models_registry.tasks.copy_version_artifact",
-                                                           args=[version.pk]))
+        transaction.on_commit(lambda: tasks.copy_version_artifact.delay(version.pk))
         return version
     try:
         staged = artifacts.stage(source.parent, source.name)

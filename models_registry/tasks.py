@@ -2,14 +2,7 @@
 
 from celery import shared_task
 
-from models_registry import deployments, servers, services
-
-
-@shared_task(expires=10)
-def reconcile_servers() -> None:
-    """Model servers (start, notice ready or dead, restart, stop orphans), then one step of running rollouts."""
-    servers.servers_reconcile()
-    deployments.deployments_progress()
+from models_registry import services
 
 
 @shared_task

@@ -15,10 +15,10 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from config.errors import Conflict, InvalidInput
+from core.errors import Conflict, InvalidInput
 from models_registry import selectors, services
 from models_registry.models import ModelVersion, RegisteredModel
-from quotas import selectors as quota_selectors
+from accounts import selectors as account_selectors
 
 SUGGESTED_ALIASES = ("champion", "challenger")
 COMPARE_DEFAULT = 5  # without a selection, the newest versions are compared
@@ -56,7 +56,7 @@ def model_list(request):
     department = request.GET.get("department", "")
     context = {
         "models": selectors.models_for(user=request.user, department=department, search=search),
-        "departments": quota_selectors.departments_usable(user=request.user),
+        "departments": account_selectors.departments_usable(user=request.user),
         "filters": {"q": search, "department": department},
         "form": {"name": "", "department": "", "description": ""},
         "errors": {},

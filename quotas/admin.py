@@ -2,10 +2,12 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
-from config.errors import InvalidInput
-from quotas.clusters import cluster_check, cluster_save, quota_isolation_refusal
-from quotas.models import AuditEvent, Cluster, Department, FrameworkImage, GpuPool, Membership, PriorityClass, Quota, Storage
-from quotas.storage import local_path_refusals
+from core.errors import InvalidInput
+from quotas.isolation import cluster_check, cluster_save, quota_isolation_refusal
+from accounts.models import AuditEvent, Department, Membership
+from clusters.models import Cluster, GpuPool, Storage
+from quotas.models import PriorityClass, Quota
+from clusters.storage import local_path_refusals
 
 
 class MembershipInline(admin.TabularInline):
@@ -81,14 +83,8 @@ class PriorityClassAdmin(admin.ModelAdmin):
     list_display = ["name", "value", "preemptible"]
 
 
-@admin.register(FrameworkImage)
-class FrameworkImageAdmin(admin.ModelAdmin):
-    list_display = ["name", "framework", "image", "official", "department"]
-    list_filter = ["framework", "official"]
-
-
 class StorageForm(forms.ModelForm):
-    """The path rule of quotas.storage here too: the admin site may not set what the console and the API refuse."""
+    """The path rule of clusters.storage here too: the admin site may not set what the console and the API refuse."""
 
     class Meta:
         model = Storage

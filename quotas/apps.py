@@ -3,4 +3,4 @@ from django.apps import AppConfig
 
 class QuotasConfig(AppConfig):
     name = "quotas"
-    verbose_name = "Departments, clusters and quotas"
+    verbose_name = "Quotas and priority classes"

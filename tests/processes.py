@@ -80,7 +80,7 @@ class Processes:
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
         else:
-            from config.celery import app
+            from core.celery import app
 
             app.control.purge()
 

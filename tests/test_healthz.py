@@ -1,6 +1,6 @@
 import pytest
 
-from config.celery import app as celery_app
+from core.celery import app as celery_app
 
 
 @pytest.mark.django_db(transaction=True, databases="__all__")

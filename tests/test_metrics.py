@@ -20,8 +20,9 @@ from jobs import lifecycle
 from jobs.models import Job, JobEvent
 from jobs.services import job_stop_on_executor
 from jobs.transitions import job_transition
-from models_registry import traffic
-from models_registry.models import Deployment, ModelVersion, RegisteredModel, Variant, VariantStats
+from serving import traffic
+from serving.models import Deployment, Variant, VariantStats
+from models_registry.models import ModelVersion, RegisteredModel
 from quotas.models import Quota
 
 JOB = {"name": "m", "code_url": "https://git.example.com/r.git", "command": "python train.py"}

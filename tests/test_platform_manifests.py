@@ -27,7 +27,7 @@ PLATFORM = ROOT / "platform"
 KUSTOMIZE = PLATFORM / "kustomize"
 BASE, OVERLAY = KUSTOMIZE / "base", KUSTOMIZE / "overlays" / "example"
 KUSTOMIZATIONS = sorted(KUSTOMIZE.rglob("kustomization.yaml"))
-KUBERNETES_VERSION = "1.32"  # the oldest Kubernetes the portal supports (as jobs/executors/manifest_validation.py)
+KUBERNETES_VERSION = "1.32"  # the oldest Kubernetes the portal supports (as clusters/manifest_validation.py)
 PORTAL_IMAGE = "gpu-portal"  # the base's image name; overlays point it at a registry
 PORTAL_UID = 10001
 
@@ -86,12 +86,12 @@ def procfile() -> dict[str, str]:
 
 
 def names_the_code_reads() -> set[str]:
-    """Setting names read through config/env.py (config/), plus those the Procfile's command lines use."""
+    """Setting names read through core/env.py (config/), plus those the Procfile's command lines use."""
     code = "\n".join(path.read_text() for path in (ROOT / "config").glob("*.py"))
     names = set(re.findall(r"\benv\.(?:str|bool|int|list|rate|url|raw)\(\s*\"([A-Z][A-Z0-9_]*)\"", code))
     names |= set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", (PLATFORM / "Procfile").read_text()))
     assert {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY", "PORTAL_BIND"} <= names  # the reader finds them
-    return names | {f"{name}_FILE" for name in names}  # config/env.py: any setting may come from a file
+    return names | {f"{name}_FILE" for name in names}  # core/env.py: any setting may come from a file
 
 
 # ------------------------------------------------------------------------------------------ files
@@ -480,8 +480,8 @@ def test_it_grants_exactly_what_the_portal_touches_and_no_wildcard():
 
 
 def test_it_installs_the_portals_priority_classes_as_the_portal_writes_them():
-    from jobs.executors.manifests import ClusterSettings, priority_class_manifests
-    from quotas.demo import PRIORITIES
+    from clusters.k8s import ClusterSettings, priority_class_manifests
+    from demo.data import PRIORITIES
 
     installed = {doc["metadata"]["name"]: doc for doc in load_documents(BASE / "priorityclasses.yaml")}
     expected = {doc["metadata"]["name"]: doc for doc in priority_class_manifests(PRIORITIES, ClusterSettings())}

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from config.env import Env, EnvError
+from core.env import Env, EnvError
 
 ROOT = Path(__file__).resolve().parent.parent
 

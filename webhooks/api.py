@@ -18,10 +18,10 @@ from rest_framework.fields import SkipField
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.errors import InvalidInput
-from quotas import selectors as quota_selectors
+from core.errors import InvalidInput
 from webhooks import selectors, services
 from webhooks.models import Delivery, Webhook
+from accounts import selectors as account_selectors
 
 
 class WebhookInputSerializer(serializers.Serializer):
@@ -121,7 +121,7 @@ class WebhookListApi(generics.ListAPIView):
     def post(self, request):
         values, type_errors = parse_input(WebhookInputSerializer, request.data)
         slug = values.pop("department", None)
-        department = quota_selectors.department_get(user=request.user, slug=slug) if slug else None
+        department = account_selectors.department_get(user=request.user, slug=slug) if slug else None
         if department is None:
             if "department" not in type_errors:
                 type_errors["department"] = [f"You are not a member of a department called {slug!r}."]

@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.db import models
 
-from quotas.models import Department
+from accounts.models import Department
 
 
 class Webhook(models.Model):

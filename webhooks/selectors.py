@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from quotas import permissions
+from accounts import permissions
 from webhooks.models import Delivery, Webhook
 
 

@@ -24,12 +24,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from config.celery import app as celery_app
-from config.errors import Conflict, InvalidInput
-from quotas import permissions
-from quotas.models import Department
+from core.errors import Conflict, InvalidInput
+from accounts import permissions
+from accounts.models import Department
 from webhooks import outbound, signing
 from webhooks.models import Delivery, Webhook
+from webhooks import tasks
 
 PING = "ping"
 EVENTS = ("job.succeeded", "job.failed", "job.cancelled", "model.version_registered", "model.alias_moved",
@@ -47,12 +47,12 @@ MAX_WEBHOOKS_PER_DEPARTMENT = 50
 
 def _audit(**fields) -> None:
     # Imported here: quotas.services imports jobs.transitions, which emits events through this module.
-    from quotas.services import audit_record
+    from accounts.services import audit_record
 
     audit_record(**fields)
 
 
-def _require_manager(actor, department: Department) -> None:
+def require_manager(actor, department: Department) -> None:
     if not permissions.can_manage(actor, department):
         raise PermissionDenied(_("Only admins of %(department)s can change its webhooks.") % {"department": department.slug})
 
@@ -98,7 +98,7 @@ def _check(*, department: Department, values: dict, errors: dict, webhook: Webho
 def webhook_create(*, actor, department: Department, name: str, url: str, events: list[str], active: bool = True,
                    type_errors: dict | None = None) -> Webhook:
     """A new webhook with a new secret (on ``webhook.secret``: show it to the caller, once)."""
-    _require_manager(actor, department)
+    require_manager(actor, department)
     errors = dict(type_errors or {})
     clean = _check(department=department, values={"name": name, "url": url, "events": events, "active": active},
                    errors=errors)
@@ -120,7 +120,7 @@ def webhook_create(*, actor, department: Department, name: str, url: str, events
 
 def webhook_update(*, actor, webhook: Webhook, values: dict, type_errors: dict | None = None) -> Webhook:
     """Change any of name, url, events, active (the keys present in ``values``)."""
-    _require_manager(actor, webhook.department)
+    require_manager(actor, webhook.department)
     errors = dict(type_errors or {})
     clean = _check(department=webhook.department, values=values, errors=errors, webhook=webhook)
     if errors:
@@ -141,7 +141,7 @@ def webhook_update(*, actor, webhook: Webhook, values: dict, type_errors: dict |
 
 def webhook_delete(*, actor, webhook: Webhook) -> None:
     """Delete the webhook and its delivery log; deliveries not yet sent are dropped."""
-    _require_manager(actor, webhook.department)
+    require_manager(actor, webhook.department)
     with transaction.atomic():
         _audit(actor=actor, action="webhook.delete", target=f"webhook {webhook.name}", department=webhook.department,
                data=_audited(webhook))
@@ -150,7 +150,7 @@ def webhook_delete(*, actor, webhook: Webhook) -> None:
 
 def webhook_rotate_secret(*, actor, webhook: Webhook) -> Webhook:
     """A new secret, used from the next attempt on (retries of older events are signed with it too)."""
-    _require_manager(actor, webhook.department)
+    require_manager(actor, webhook.department)
     with transaction.atomic():
         webhook.secret = _secret()
         webhook.save(update_fields=["secret"])
@@ -161,7 +161,7 @@ def webhook_rotate_secret(*, actor, webhook: Webhook) -> Webhook:
 
 def webhook_ping(*, actor, webhook: Webhook) -> Delivery:
     """Send a ``ping`` event to this webhook alone (also when inactive), to test the receiver."""
-    _require_manager(actor, webhook.department)
+    require_manager(actor, webhook.department)
     data = {"webhook": {"id": webhook.pk, "name": webhook.name, "events": webhook.events},
             "message": f"Ping from GPU Portal, sent by {actor.username}."}
     with transaction.atomic():
@@ -202,7 +202,7 @@ def _deliveries_create(*, webhooks: list[Webhook], event: str, payload: dict) ->
 
 
 def _send_after_commit(delivery_id: int, *, attempt: int) -> None:
-    transaction.on_commit(lambda: celery_app.send_task("webhooks.tasks.deliver", args=[delivery_id, attempt]))
+    transaction.on_commit(lambda: tasks.deliver.delay(delivery_id, attempt))
 
 
 # --- Delivering -----------------------------------------------------------------------------
@@ -262,7 +262,7 @@ def delivery_attempt(*, delivery_id: int, attempt: int = 1) -> int | None:
 def delivery_redeliver(*, actor, delivery: Delivery) -> Delivery:
     """Send a finished delivery's event again as a new delivery (same event id, so receivers can dedupe)."""
     webhook = delivery.webhook
-    _require_manager(actor, webhook.department)
+    require_manager(actor, webhook.department)
     if delivery.status == Delivery.Status.PENDING:
         raise Conflict(_("Delivery %(id)s is still being attempted; wait for it to succeed or fail.") % {"id": delivery.pk})
     with transaction.atomic():
@@ -279,7 +279,7 @@ def deliveries_reconcile(*, now: datetime | None = None) -> int:
     overdue = list(Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now - RECONCILE_GRACE)
                    .order_by("next_attempt_at").values_list("pk", "attempts")[:500])
     for delivery_id, attempts in overdue:
-        celery_app.send_task("webhooks.tasks.deliver", args=[delivery_id, attempts + 1])
+        tasks.deliver.delay(delivery_id, attempts + 1)
     Delivery.objects.exclude(status=Delivery.Status.PENDING).filter(
         created_at__lt=now - timedelta(days=DELIVERY_LOG_DAYS)).delete()
     return len(overdue)

@@ -20,10 +20,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from config.errors import Conflict, InvalidInput
-from quotas import permissions
-from quotas import selectors as quota_selectors
+from core.errors import Conflict, InvalidInput
+from accounts import permissions
 from webhooks import selectors, services, signing
+from accounts import selectors as account_selectors
 
 DELIVERY_PAGE_SIZE = 25
 EVENT_LABELS = {
@@ -48,7 +48,7 @@ class WebhookForm(forms.Form):
 
 
 def _managed(request, slug: str):
-    department = quota_selectors.department_get(user=request.user, slug=slug)
+    department = account_selectors.department_get(user=request.user, slug=slug)
     if department is None:
         raise Http404(_("No department with that name among yours."))
     if not permissions.can_manage(request.user, department):

@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from config.metrics import selectors
-from models_registry import traffic
+from serving import traffic
 
 POOL = ["cluster", "gpu_type"]
 QUOTA = ["cluster", "gpu_type", "department"]

@@ -9,8 +9,10 @@ from django.db.models.functions import Coalesce
 
 from jobs import lifecycle
 from jobs.models import Job, JobEvent
-from models_registry.models import VariantStats
-from quotas.models import Department, GpuPool, Quota
+from serving.models import VariantStats
+from accounts.models import Department
+from clusters.models import GpuPool
+from quotas.models import Quota
 
 Key = tuple[int, int]  # (department id, pool id)
 

@@ -11,19 +11,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
-class ExecutorError(Exception):
-    """A failure talking to the place that runs jobs.
-
-    ``permanent`` says whether trying again can help: a transient error is
-    retried with backoff, a permanent one fails the job with this message.
-    """
-
-    def __init__(self, message: str, *, permanent: bool):
-        super().__init__(message)
-        self.message = message
-        self.permanent = permanent
-
-
 @dataclass(frozen=True)
 class WorkerPlacement:
     worker: int  # rank, 0-based

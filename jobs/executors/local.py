@@ -25,8 +25,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from jobs.executors import sandbox
-from jobs.executors.base import FINAL_PHASES, STARTING, ExecutorError, JobSpec, ObservedState, Placement
+from clusters import sandbox
+from jobs.executors.base import FINAL_PHASES, STARTING, JobSpec, ObservedState, Placement
+from clusters.errors import ExecutorError
 from jobs.executors.local_jobdir import JobDir, checkpoint_at, read_json, write_json
 from jobs.executors.local_runner import conclude_unsupervised
 

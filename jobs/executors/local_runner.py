@@ -36,15 +36,16 @@ import time
 import traceback
 from pathlib import Path
 
-from jobs.executors import sandbox, venvs
+from clusters import sandbox
+from jobs.executors import venvs
 from jobs.executors.base import (
     CANCELLED, FAILED, FINAL_PHASES, LOST, RUNNING, SUCCEEDED, JobSpec, WorkerPlacement,
 )
 from jobs.executors.local_jobdir import (
     TAIL_LINES, JobDir, placement_from_dict, read_json, read_small, spec_from_dict, write_json,
 )
-from jobs.executors.local_procs import TICK, alive, become_subreaper, kill_groups, live_groups, ours, reap, start_time
-from jobs.executors.requirements import requirement_problems
+from clusters.local_procs import TICK, alive, become_subreaper, kill_groups, live_groups, ours, reap, start_time
+from core.requirements import requirement_problems
 
 LAUNCHER = Path(__file__).with_name("sandbox_init.py")
 

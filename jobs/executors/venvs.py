@@ -32,7 +32,7 @@ from typing import Protocol
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from jobs.executors.sandbox import Bind
+from clusters.sandbox import Bind
 
 # Written last: an env without it is a build that died half-way and is never used.
 COMPLETE = ".portal-complete"

@@ -21,7 +21,7 @@ from collections import defaultdict, deque
 from quotas.scheduler.eta import Releases, estimate_starts
 from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.moves import find_moves
-from quotas.scheduler.placement import FULL, Occupancy
+from quotas.scheduler.placement import FULL, Occupancy, policy_for
 from quotas.scheduler.preemption import find_victims
 from quotas.scheduler.types import (
     GREEDY, STRICT_FIFO, Admission, Decisions, PendingJob, PoolState, Preemption, RunningJob, Snapshot, Waiting,
@@ -82,7 +82,7 @@ class _Cycle:
             if not job.preemptible:
                 fixed[job.department] += job.gpus
         self.ledger = Ledger(pool, [q for q in snapshot.quotas if q.pool_id == pool.pool_id], usage, fixed)
-        self.occupancy = Occupancy(pool)
+        self.occupancy = Occupancy(pool, policy_for(pool, pending, running))
         self.releases = Releases(float(pool.total), now)
         for job in running:
             self.releases.book(job.deadline, job.gpus)
@@ -129,7 +129,7 @@ class _Cycle:
         heapq.heapify(turns)
         while turns:
             *_, department = heapq.heappop(turns)
-            if department in self.heads and self.occupancy.free_hundredths <= 0 and not self.snapshot.explain:
+            if department in self.heads and self.occupancy.free_units <= 0 and not self.snapshot.explain:
                 # Nothing is free and nothing frees up within a cycle: the rest of this queue waits as it is
                 # (positions then group by department, which a simulation does not need).
                 self._all_behind_head(department)
@@ -156,7 +156,7 @@ class _Cycle:
         return (self.ledger.share(department), -head.priority, head.submitted_at, department)
 
     def _admit_if_fits(self, job: PendingJob) -> bool:
-        if job.gpus * FULL > self.occupancy.free_hundredths + 1e-6:
+        if job.gpus * FULL > self.occupancy.free_units + 1e-6:
             return False
         if self.reclaiming_for is not None and not self.ledger.within_nominal(job.department, job.gpus):
             return False

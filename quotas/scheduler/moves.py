@@ -32,7 +32,7 @@ def find_moves(
         return None
     need = int(job.gpus_per_worker)
     options = []  # (GPUs to evict, node, victims) for nodes that can be cleared enough
-    for node in occupancy.pool.nodes:
+    for node in occupancy.nodes:
         free = len(occupancy.whole_free[node])
         if free >= need:
             continue  # already usable: the problem is elsewhere (other workers, or quota)
@@ -50,7 +50,7 @@ def find_moves(
     if not options:
         return None
     options.sort(key=lambda option: option[0])
-    nodes_needed = job.workers - sum(1 for node in occupancy.pool.nodes if len(occupancy.whole_free[node]) >= need)
+    nodes_needed = job.workers - sum(1 for node in occupancy.nodes if len(occupancy.whole_free[node]) >= need)
     for start in range(min(NODES_TRIED, len(options))):
         chosen: dict[int, RunningJob] = {}
         for _, _, victims in options[start:start + max(1, nodes_needed)]:

@@ -12,6 +12,12 @@ STRICT_FIFO = "strict"
 BEST_EFFORT_FIFO = "best_effort"
 GREEDY = "greedy"  # any job that fits may pass a blocked one (plain backfill, no reservation): a baseline
 
+# Placement policies of a pool (quotas.scheduler.placement.policies says what each does).
+BINPACK = "binpack"
+SPREAD = "spread"
+FRAGMENTATION = "fragmentation"
+PLACEMENTS = (BINPACK, SPREAD, FRAGMENTATION)
+
 
 @dataclass(frozen=True)
 class Slot:
@@ -36,6 +42,7 @@ class PoolState:
     # Fair share weighs recent usage this much: a department's share is
     # (GPUs in use + usage_weight x recent_usage) / nominal. 0 = only what runs now counts.
     usage_weight: float = 0.0
+    placement: str = BINPACK  # where workers go: one of PLACEMENTS
 
     @property
     def total(self) -> int:

@@ -25,7 +25,7 @@ def trace(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("policy", ["portal", "bestfit", "random"])
+@pytest.mark.parametrize("policy", placement.POLICIES)
 def test_one_percentage(trace, policy, capsys):
     out = trace / "out.json"
     summary = placement.main(["--pods", str(trace / "pods.csv"), "--nodes", str(trace / "nodes.csv"),
@@ -36,7 +36,18 @@ def test_one_percentage(trace, policy, capsys):
     assert set(summary["per_seed"]) == {"42", "43", "44"}
     assert 0 <= summary["gpu_alloc_pct_mean"] <= 100 and summary["gpu_alloc_pct_std"] >= 0
     assert all(0 <= v <= 100 for v in summary["per_seed"].values())
-    assert "baseline not found" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "baseline not found" in out
+    live = {"portal": "fragmentation"}.get(policy, policy)
+    if live in ("fragmentation", "binpack", "spread"):
+        assert f"measures: the live quotas.scheduler placement policy '{live}'" in out
+    else:
+        assert f"measures: the protocol baseline '{policy}'" in out
+
+
+def test_portal_is_the_live_fragmentation_policy(trace):
+    args = ["--pods", str(trace / "pods.csv"), "--nodes", str(trace / "nodes.csv"), "--seeds", "42-43", "--workers", "1"]
+    assert placement.main([*args, "--policy", "portal"]) == placement.main([*args, "--policy", "fragmentation"])
 
 
 def test_several_percentages(trace):

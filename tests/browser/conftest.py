@@ -70,7 +70,7 @@ class PortalProcesses(Processes):
             subprocess.run([sys.executable, "manage.py", "migrate", "--database", "channels", "-v0"],
                            cwd=ROOT, env=self.env(), check=True, timeout=120)
         if not settings.CELERY_BROKER_URL.startswith("filesystem://"):
-            from config.celery import app
+            from core.celery import app
 
             app.control.purge()  # the broker folder of a fresh data root is empty already
 
@@ -94,10 +94,12 @@ def _seed_usage(world) -> int:
 
 def _stop_jobs_and_boards(data_root: Path) -> None:
     """What the portal left running on this machine: job workers (detached supervisors) and TensorBoards."""
-    from jobs import boards, lifecycle
-    from jobs.executors import local_procs
+    from tensorboards import services as boards
+    from jobs import lifecycle
+    from clusters import local_procs
     from jobs.executors.base import FINAL_PHASES
-    from jobs.models import Job, TensorBoard
+    from jobs.models import Job
+    from tensorboards.models import TensorBoard
     from jobs.services import executor_for
 
     with override_settings(PORTAL_DATA_ROOT=data_root):
@@ -138,7 +140,7 @@ def _test_database(items) -> Iterator[None]:
 
 @pytest.fixture(scope="package")
 def portal(request, django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Portal]:
-    from quotas.demo import publish_example_repo
+    from demo.data import publish_example_repo
     from tests.conftest import World
 
     data_root = Path(settings.PORTAL_DATA_ROOT) / "browser-portal"

@@ -3,8 +3,8 @@ fixture is the API fake, tests/k8s/fixtures.py)."""
 
 import pytest
 
-from builds import services
-from quotas.models import Cluster
+from images import services
+from clusters.models import Cluster
 
 DOCKERFILE = "# tools for audio models\nFROM pytorch/pytorch:2.4.0-cuda12.1\nRUN pip install torchaudio==2.4.0\n"
 REGISTRY = "registry.example.com/portal"

@@ -3,8 +3,10 @@ break, and who may see and do what (alice: vision member, carol: vision dept_adm
 
 import pytest
 
-from builds.models import ImageBuild
-from quotas.models import AuditEvent, Cluster, Department, FrameworkImage
+from images.models import ImageBuild
+from accounts.models import AuditEvent, Department
+from clusters.models import Cluster
+from images.models import FrameworkImage
 from tests.builds.conftest import DOCKERFILE
 
 MINIMAL = {"name": "torch-audio", "department": "vision", "dockerfile": DOCKERFILE}
@@ -132,7 +134,7 @@ def test_members_and_admins_see_a_build(world, build, who):
 def test_only_the_requester_or_a_department_admin_cancels(world, cluster, build):
     from django.contrib.auth import get_user_model
 
-    from quotas.models import Membership
+    from accounts.models import Membership
 
     dave = get_user_model().objects.create_user("dave")
     Membership.objects.create(user=dave, department=Department.objects.get(slug="vision"))

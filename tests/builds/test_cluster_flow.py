@@ -1,9 +1,9 @@
 """Image builds on a cluster: the real kubernetes client against the API fake (tests/k8s/kfake.py), whose
 simulated Job controller and kubelet the tests move: submit -> Job -> pod running -> image in the catalogue."""
 
-from builds import services
-from builds.models import ImageBuild
-from quotas.models import FrameworkImage
+from images import services
+from images.models import ImageBuild
+from images.models import FrameworkImage
 from tests.builds.conftest import DOCKERFILE, REGISTRY
 from tests.jobs.executor_contract import wait_for
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from builds.manifests import BuildSettings, BuildSetupError, BuildSpec, context_config_map, job_manifest
-from builds.observe import BUILDING, FAILED, QUEUED, SUCCEEDED, failure_message, observe
-from jobs.executors.manifest_validation import manifest_problems
-from jobs.executors.manifests import ClusterSettings
+from images.manifests import BuildSettings, BuildSetupError, BuildSpec, context_config_map, job_manifest
+from images.observe import BUILDING, FAILED, QUEUED, SUCCEEDED, failure_message, observe
+from clusters.manifest_validation import manifest_problems
+from clusters.k8s import ClusterSettings
 
 CLUSTER = ClusterSettings.from_cluster("k8s", {})
 SETTINGS = {"build_registry": "registry.example.com/portal", "build_push_secret": "registry-push"}

@@ -1,8 +1,8 @@
 """The Images page (catalogue, the department's builds, the build form) and a build's page, in a browser's
 terms: what is shown, what a wrong form says, who may see what, and the page in Chinese."""
 
-from builds import services
-from builds.models import ImageBuild
+from images import services
+from images.models import ImageBuild
 from tests.builds.conftest import DOCKERFILE
 
 FORM = {"name": "torch-audio", "department": "vision", "cluster": "k8s", "framework": "pytorch",

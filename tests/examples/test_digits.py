@@ -27,7 +27,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from jobs import services as portal_services
 from jobs.models import Job as PortalJob
 from models_registry.selectors import job_run_dirs
-from quotas.demo import publish_example_repo
+from demo.data import publish_example_repo
 from tests.processes import Processes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,9 @@ import pytest
 from django.test import Client
 
 from jobs.models import Job
-from quotas.models import AuditEvent, GpuPool, Membership, PriorityClass, Quota, Storage
+from accounts.models import AuditEvent, Membership
+from clusters.models import GpuPool, Storage
+from quotas.models import PriorityClass, Quota
 
 JOB = {"name": "q", "code_url": "https://git.example.com/r.git", "command": "python train.py"}
 

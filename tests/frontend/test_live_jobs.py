@@ -143,7 +143,7 @@ def test_nothing_is_pushed_for_a_change_that_was_rolled_back(world, client):
 @pytest.mark.django_db(transaction=True, databases="__all__")
 def test_a_member_removed_from_the_department_stops_hearing(world, client, monkeypatch):
     from frontend.consumers import _LiveConsumer
-    from quotas.models import Membership
+    from accounts.models import Membership
 
     monkeypatch.setattr(_LiveConsumer, "RECHECK_SECONDS", 0.0)  # look again before every message
     job = submit(world.alice)

@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 from config.asgi import application
 from jobs import services
 from jobs.models import Job
-from quotas.services import scheduling_cycle
+from jobs.admission import scheduling_cycle
 from tests.frontend.test_live_jobs import ORIGIN, receive_until, session_cookie, submit
 
 

@@ -3,7 +3,7 @@
 The attack: a job kills another department's TensorBoard, binds its port and serves its own HTML, which
 the portal's authenticated proxy would show to that department on the portal's origin. Here the impostor
 is a real HTTP server in a subprocess answering "<h1>pwned</h1>" on the board's port; the board is a real
-`tensorboard` started through the API. The listener check itself (jobs/executors/listeners.py) is tried on
+`tensorboard` started through the API. The listener check itself (clusters/listeners.py) is tried on
 real processes too.
 """
 
@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from jobs import boards
-from jobs.executors import listeners, local_procs
-from jobs.models import TensorBoard
+from tensorboards import services as boards
+from clusters import listeners, local_procs
+from tensorboards.models import TensorBoard
 from tests.jobs.test_tensorboard import fetch, poll, portal, submit_with_events, wait_running  # noqa: F401 - fixture
 
 PWNED = b"<h1>pwned</h1>"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from core.celery import app as celery_app
 from jobs import services
 from jobs.models import Job
 from tests.processes import Processes
@@ -236,7 +237,9 @@ def test_a_cancel_whose_task_was_lost_is_sent_again_by_the_reconcile(world, repo
     wait_for(lambda: "waiting" in world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/").content.decode(),
              what="the job to start waiting")
     sent = []
-    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args: sent.append((name, args)))
+    # The broker is what leaves the process: record what the portal sends to the worker.
+    monkeypatch.setattr(celery_app, "send_task", lambda name, args=None, kwargs=None, **options:
+                        sent.append((name, list(args or ()))))
     # The user cancelled, but the worker that held the cancel task died with it: only the row says so.
     response = world.api(world.alice).post(f"/api/v1/jobs/{job['id']}/cancel/")
     assert response.status_code == 200 and sent == [("jobs.tasks.cancel_job", [job["id"]])]

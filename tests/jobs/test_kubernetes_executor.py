@@ -9,9 +9,11 @@ import threading
 
 import pytest
 
-from jobs.executors.base import ExecutorError, JobSpec, Placement, WorkerPlacement
+from clusters.errors import ExecutorError
+from jobs.executors.base import JobSpec, Placement, WorkerPlacement
 from jobs.executors.kubernetes import CANCEL_ANNOTATION, JobWatcher, KubernetesExecutor
-from jobs.executors.manifests import ClusterSettings, job_manifests, kind_for, resource_name
+from clusters.k8s import ClusterSettings
+from jobs.executors.manifests import job_manifests, kind_for, resource_name
 from tests.jobs.executor_contract import wait_for
 
 NS = "portal-vision"

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from config.celery import TransientError
+from core.celery import TransientError
 from jobs import lifecycle, services
 from jobs.executors.manifests import resource_name
 from jobs.models import Job
-from quotas.models import Cluster
+from clusters.models import Cluster
 
 NS = "portal-vision"
 SHA = "0123456789abcdef0123456789abcdef01234567"

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs.executors.base import ExecutorError, Mount
+from clusters.errors import ExecutorError
+from jobs.executors.base import Mount
 from jobs.executors.local import LocalExecutor, is_local_code
 from jobs.executors.local_jobdir import JobDir, read_json
-from jobs.executors.local_procs import alive
+from clusters.local_procs import alive
 from jobs.executors.venvs import COMPLETE
 from tests.jobs.executor_contract import (
     ExecutorContract, GitRepo, Harness, command_output, slow_package, tiny_wheel, wait_for,

@@ -17,14 +17,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from jobs.executors.base import JobSpec, Mount, Placement, WorkerPlacement
-from jobs.executors.manifest_validation import ManifestInvalid, check_manifests, manifest_problems
-from jobs.executors.manifests import (
-    FETCH_SCRIPT, INSTALL_SCRIPT, ClusterSettings, ManifestError, department_gpu_limit, department_manifests, job_manifests,
-    priority_class_manifests,
-)
+from clusters.manifest_validation import ManifestInvalid, check_manifests, manifest_problems
+from jobs.executors.manifests import FETCH_SCRIPT, INSTALL_SCRIPT, job_manifests
+from clusters.k8s import ClusterSettings, ManifestError, department_gpu_limit, department_manifests, priority_class_manifests
 from jobs.management.commands.render_manifests import Command as RenderManifests
-from quotas.demo import K8S_DEMO_POOLS, K8S_DEMO_SETTINGS, demo_load
-from quotas.inventory import SIMULATED
+from demo.data import K8S_DEMO_POOLS, K8S_DEMO_SETTINGS, demo_load
+from clusters.inventory import SIMULATED
 
 DEMO = ClusterSettings.from_cluster("k8s-demo", K8S_DEMO_SETTINGS, [(t, memory) for t, _, _, memory, _ in K8S_DEMO_POOLS])
 CONTRACT = {

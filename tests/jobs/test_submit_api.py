@@ -4,7 +4,9 @@ admission happens in the request, launching after commit, which these tests do n
 import pytest
 
 from jobs.models import Job
-from quotas.models import Cluster, Department, GpuPool, Quota, Storage
+from clusters.models import Cluster, GpuPool, Storage
+from accounts.models import Department
+from quotas.models import Quota
 
 MINIMAL = {"name": "digits", "department": "vision", "code_url": "https://git.example.com/team/repo.git",
            "command": "python train.py"}

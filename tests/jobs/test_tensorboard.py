@@ -19,9 +19,10 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 from tensorboardX import SummaryWriter
 
-from jobs import boards, proxy
-from jobs.executors import local_procs
-from jobs.models import Job, TensorBoard
+from tensorboards import services as boards, proxy
+from clusters import local_procs
+from jobs.models import Job
+from tensorboards.models import TensorBoard
 
 JOB = {"department": "vision", "code_url": "https://git.example.com/team/repo.git", "command": "python train.py",
        "gpus_per_worker": 0.25}

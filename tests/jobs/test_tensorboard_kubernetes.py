@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import Conflict
-from jobs import boards
-from jobs.executors.manifest_validation import manifest_problems
-from jobs.executors.manifests import ClusterSettings
-from jobs.executors.tensorboard import BoardError
-from jobs.executors.tensorboard_k8s import KubeBoardSpec, KubernetesBoardBackend, board_manifests
-from jobs.models import Job, TensorBoard
-from quotas.models import Cluster, Department, FrameworkImage, GpuPool, PriorityClass, Quota
+from core.errors import Conflict
+from tensorboards import services as boards
+from clusters.manifest_validation import manifest_problems
+from clusters.k8s import ClusterSettings
+from tensorboards.backends import BoardError
+from tensorboards.backends_k8s import KubeBoardSpec, KubernetesBoardBackend, board_manifests
+from jobs.models import Job
+from tensorboards.models import TensorBoard
+from clusters.models import Cluster, GpuPool
+from accounts.models import Department
+from images.models import FrameworkImage
+from quotas.models import PriorityClass, Quota
 
 NAMESPACE = "portal-vision"
 CLUSTER = ClusterSettings(cluster="gpu1", job_volume_pvc="portal-jobs")
@@ -108,7 +112,7 @@ def test_a_deployment_that_cannot_roll_out_is_not_alive(kube_api, kube, namespac
     assert not backend.alive(process)
 
 
-# --- through jobs.boards --------------------------------------------------------------------------------
+# --- through tensorboards.services --------------------------------------------------------------------------------
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ def kube():
 
 @pytest.fixture
 def kube_api(kube):
-    from jobs.executors.kubernetes import Kube
+    from clusters.kube import Kube
 
     slept: list[float] = []
     api = Kube(kube.api_client(), retries=4, backoff_seconds=0.01, timeout_seconds=1, sleep=slept.append)

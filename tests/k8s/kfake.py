@@ -45,7 +45,7 @@ import aiohttp.web
 import attrs
 import kmock
 
-from jobs.executors.manifest_validation import CRD_FILES, manifest_problems
+from clusters.manifest_validation import CRD_FILES, manifest_problems
 
 # (group, version, plural) -> (kind, namespaced)
 RESOURCES: dict[tuple[str, str, str], tuple[str, bool]] = {

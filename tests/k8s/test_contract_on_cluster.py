@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from jobs.executors.base import Mount, ObservedState
-from jobs.executors.kubernetes import Kube, KubernetesExecutor
-from jobs.executors.manifests import ClusterSettings
+from clusters.kube import Kube
+from jobs.executors.kubernetes import KubernetesExecutor
+from clusters.k8s import ClusterSettings
 from tests.jobs.executor_contract import ExecutorContract, Harness, wait_for
 
 pytestmark = pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="needs a real cluster: set KUBECONFIG")

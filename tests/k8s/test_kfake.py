@@ -8,7 +8,7 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from jobs.executors.kubernetes import Gone, KubeError
+from clusters.kube import Gone, KubeError
 from tests.jobs.executor_contract import wait_for
 from tests.k8s.kfake import parse_selector, selector_matches
 
@@ -63,7 +63,7 @@ def test_a_typo_is_refused_with_422_and_the_schema_problem(kube, core):
     pytorch = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "p", "namespace": "team"},
                "spec": {"pytorchReplicaSpecs": {"Master": {"replicaz": 1}}}}
     with pytest.raises(KubeError) as caught:
-        from jobs.executors.kubernetes import Kube
+        from clusters.kube import Kube
         Kube(kube.api_client(), sleep=lambda s: None).create(pytorch)
     assert caught.value.status == 422 and caught.value.permanent and "replicaz" in caught.value.message
 

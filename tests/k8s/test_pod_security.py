@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from builds.manifests import BuildSettings, BuildSpec, job_manifest
+from images.manifests import BuildSettings, BuildSpec, job_manifest
 from jobs.executors.base import JobSpec, Placement, WorkerPlacement
-from jobs.executors.manifest_validation import manifest_problems
-from jobs.executors.manifests import ClusterSettings, ManifestError, job_manifests
-from jobs.executors.tensorboard_k8s import KubeBoardSpec, board_manifests, job_run
-from models_registry.serving.manifests import InferenceTarget, ServingSettings, inference_service
+from clusters.manifest_validation import manifest_problems
+from clusters.k8s import ClusterSettings, ManifestError
+from jobs.executors.manifests import job_manifests
+from tensorboards.backends_k8s import KubeBoardSpec, board_manifests, job_run
+from serving.backends.manifests import InferenceTarget, ServingSettings, inference_service
 
 CLUSTER = ClusterSettings.from_cluster("k8s", {"run_as_user": 4242, "run_as_group": 4343})
 FRAMEWORKS = [("pytorch", 3), ("jax", 2), ("tensorflow", 2), ("mpi", 2), ("python", 1)]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from config.celery import app as celery_app
+from core.celery import app as celery_app
 from models_registry import artifacts
 from models_registry import tasks as registry_tasks
 from models_registry.models import ModelVersion
@@ -96,7 +96,7 @@ def test_registration_sends_the_copy_task_once_committed_and_the_task_makes_the_
     job, _output = output_of(registry, settings)
     sent = []
     # The broker is what leaves the process: record what would be sent to the worker.
-    monkeypatch.setattr(celery_app, "send_task", lambda name, args=None, **options: sent.append((name, args)))
+    monkeypatch.setattr(celery_app, "send_task", lambda name, args=None, kwargs=None, **options: sent.append((name, list(args or ()))))
 
     with django_capture_on_commit_callbacks(execute=True):
         registering(registry, job, "model.joblib")

@@ -27,7 +27,7 @@ from jobs.models import Job
 from models_registry import services
 from models_registry.artifacts import artifact_path
 from models_registry.models import ModelVersion, RegisteredModel
-from quotas.models import AuditEvent
+from accounts.models import AuditEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "digits" / "train.py"

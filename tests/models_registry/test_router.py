@@ -14,8 +14,8 @@ from collections import Counter
 import httpx
 import pytest
 
-from models_registry import deployments
-from models_registry.models import Deployment
+from serving import deployments
+from serving.models import Deployment
 from tests.models_registry.test_serving import INSTANCES, ab, create, poll, portal, register  # noqa: F401 - fixture
 from tests.processes import BIN, Processes, free_port, wait_for_port
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 FAST_PORTAL = """from config.asgi import application as portal
-from models_registry.router import asgi_fast_path
+from serving.router import asgi_fast_path
 
 application = asgi_fast_path(portal)
 """

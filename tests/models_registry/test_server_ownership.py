@@ -2,7 +2,7 @@
 
 The attack: a job kills a department's model server and binds its port; the router would send that
 department's instances to it and hand its answers back as predictions. The servers here are real
-`models_registry.serving.server` processes started by servers_reconcile; the impostor is a real HTTP
+`serving.backends.server` processes started by servers_reconcile; the impostor is a real HTTP
 server in a subprocess that answers KServe's readiness and predictions with "pwned". Requests go through
 the router in this process (Django's test client with alice's token).
 """
@@ -15,9 +15,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 
-from models_registry import servers
-from models_registry.serving.client import clients_close
-from models_registry.models import ModelServer
+from serving import servers
+from serving.backends.client import clients_close
+from serving.models import ModelServer
 from tests.jobs.test_board_ownership import impostors, kill  # noqa: F401 - fixture
 from tests.models_registry.test_serving import INSTANCES, create, poll, portal, register  # noqa: F401 - fixture
 

@@ -1,4 +1,4 @@
-"""Model servers and deployments: real `models_registry.serving.server` processes, started and watched by
+"""Model servers and deployments: real `serving.backends.server` processes, started and watched by
 servers_reconcile as the periodic task does, and the deployments API.
 
 Versions are small scikit-learn models written into the test's own artifact store. Every server a test
@@ -21,11 +21,12 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from jobs.executors import local_procs
-from models_registry import servers
-from models_registry.models import Deployment, ModelServer, ModelVersion, RegisteredModel, Variant
-from models_registry.serving.local import LocalServingBackend, ServerSpec
-from quotas.models import AuditEvent, Department
+from clusters import local_procs
+from serving import servers
+from serving.models import Deployment, ModelServer, Variant
+from models_registry.models import ModelVersion, RegisteredModel
+from serving.backends.local import LocalServingBackend, ServerSpec
+from accounts.models import AuditEvent, Department
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTANCES = [[0.9, 0.1], [0.1, 0.9]]
@@ -128,7 +129,7 @@ def test_it_speaks_kserve_v1_and_loads_only_from_the_store(portal, settings, tmp
     outside.write_bytes((store / "iris/1/model.joblib").read_bytes())
     for artifact in (outside, store / ".." / "elsewhere" / "model.joblib"):
         result = subprocess.run(
-            [sys.executable, "-m", "models_registry.serving.server", "--model-name", "iris", "--artifact", str(artifact),
+            [sys.executable, "-m", "serving.backends.server", "--model-name", "iris", "--artifact", str(artifact),
              "--port", "1", "--store", str(store)], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert result.returncode == 2
         assert "outside the portal's artifact store" in result.stderr

@@ -1,5 +1,5 @@
 """Serving on Kubernetes: one KServe InferenceService per variant, driven through the real `kubernetes`
-client (jobs.executors.kubernetes.Kube) against the HTTP API fake (tests/k8s/kfake.py).
+client (clusters.kube.Kube) against the HTTP API fake (tests/k8s/kfake.py).
 
 The fake validates every InferenceService against KServe's official CRD (closed: unknown fields are
 refused). Tests play KServe's controller by writing the status it would write: conditions, generation
@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.executors.manifest_validation import manifest_problems
-from jobs.executors.manifests import ManifestError
-from models_registry import servers
-from models_registry.models import Deployment, ModelServer, ModelVersion, RegisteredModel, Variant
-from models_registry.router import _table_of
-from models_registry.deployments import routing_table
-from models_registry.serving.kubernetes import KServeSpec, KubernetesServingBackend
-from models_registry.serving.local import ServingError
-from models_registry.serving.manifests import (
-    API_VERSION, KIND, InferenceTarget, ServingSettings, inference_service, is_ready, service_name,
-)
-from quotas.models import Cluster, Department, GpuPool, Quota
+from clusters.manifest_validation import manifest_problems
+from clusters.k8s import ManifestError
+from serving import servers
+from serving.models import Deployment, ModelServer, Variant
+from models_registry.models import ModelVersion, RegisteredModel
+from serving.router import _table_of
+from serving.deployments import routing_table
+from serving.backends.kubernetes import KServeSpec, KubernetesServingBackend
+from serving.backends.local import ServingError
+from serving.backends.manifests import API_VERSION, KIND, InferenceTarget, ServingSettings, inference_service, is_ready, service_name
+from clusters.models import Cluster, GpuPool
+from accounts.models import Department
+from quotas.models import Quota
 
 NAMESPACE = "portal-vision"
 SETTINGS = ServingSettings(artifact_uri_prefix="pvc://portal-models/")

@@ -9,12 +9,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
-from models_registry import traffic
-from models_registry.traffic import (
-    ADVANCE, COMPLETE, HOLD, LATENCY_BUCKETS_MS, ROLLBACK, CanaryPlan, Guardrails, Outcomes, RollingPlan,
-    RolloutState, Stats, VariantWeight, agree, canary_next, canary_start, choose, compare, rolling_next,
-    rolling_start, validate_variants,
-)
+from serving import traffic
+from serving.traffic import ADVANCE, COMPLETE, HOLD, LATENCY_BUCKETS_MS, ROLLBACK, CanaryPlan, Guardrails, Outcomes, RollingPlan, RolloutState, Stats, VariantWeight, agree, canary_next, canary_start, choose, compare, rolling_next, rolling_start, validate_variants
 
 KEYS = [f"user-{i}" for i in range(2000)]
 

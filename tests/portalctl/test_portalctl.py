@@ -23,10 +23,11 @@ from django.conf import global_settings
 from jobs import services
 from jobs.models import Job
 from models_registry import services as registry_services
-from models_registry.models import Deployment, ModelVersion
+from serving.models import Deployment
+from models_registry.models import ModelVersion
 from portalctl import output
 from quotas.models import Quota
-from quotas.tokens import token_create
+from accounts.tokens import token_create
 from tests.jobs.test_job_flow import make_repo
 from tests.processes import Processes, free_port
 

@@ -7,10 +7,12 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from config.errors import InvalidInput
-from jobs.executors.sandbox_check import sandbox_problems
-from quotas.clusters import cluster_save
-from quotas.models import Cluster, Department, GpuPool, Quota
+from core.errors import InvalidInput
+from clusters.sandbox_check import sandbox_problems
+from quotas.isolation import cluster_save
+from clusters.models import Cluster, GpuPool
+from accounts.models import Department
+from quotas.models import Quota
 
 LAPTOP = {"allow_local_code": True, "isolation": "none"}
 
@@ -94,12 +96,12 @@ def test_the_admin_refuses_bad_cluster_settings_on_the_form(client, world):
     client.force_login(world.admin)
     form = {"name": "local", "backend": "local", "settings": '{"isolation": "none", "setup_timeout_seconds": 1800}',
             "pools-TOTAL_FORMS": "0", "pools-INITIAL_FORMS": "0", "pools-MIN_NUM_FORMS": "0", "pools-MAX_NUM_FORMS": "1000"}
-    response = client.post(f"/admin/quotas/cluster/{local.pk}/change/", form)
+    response = client.post(f"/admin/clusters/cluster/{local.pk}/change/", form)
     assert response.status_code == 200
     assert "serves one department only" in response.content.decode()
     assert Cluster.objects.get(name="local").settings["isolation"] == "sandbox"
     form["settings"] = '{"isolation": "sandbox", "setup_timeout_seconds": 600}'
-    assert client.post(f"/admin/quotas/cluster/{local.pk}/change/", form).status_code == 302
+    assert client.post(f"/admin/clusters/cluster/{local.pk}/change/", form).status_code == 302
     assert Cluster.objects.get(name="local").settings == {"isolation": "sandbox", "setup_timeout_seconds": 600}
 
 

@@ -7,7 +7,9 @@ from django.db import connection, connections
 
 from jobs.models import Job
 from jobs.services import job_submit
-from quotas.models import Cluster, Department, GpuPool, Quota
+from clusters.models import Cluster, GpuPool
+from accounts.models import Department
+from quotas.models import Quota
 
 SUBMISSIONS = 200
 ROOM = 10

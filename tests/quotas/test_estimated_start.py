@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.models import Job
-from quotas.models import Cluster, Quota
+from clusters.models import Cluster
+from quotas.models import Quota
 from quotas.scheduler import PendingJob, PoolState, QuotaState, RunningJob, Slot, Snapshot, schedule
 from quotas.scheduler.eta import expected_end
-from quotas.services import scheduling_cycle
+from jobs.admission import scheduling_cycle
 
 NOW = 100_000.0
 

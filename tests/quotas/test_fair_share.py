@@ -6,8 +6,8 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import Job
-from quotas.models import Cluster
-from quotas.services import cycle_snapshot
+from clusters.models import Cluster
+from jobs.admission import cycle_snapshot
 
 JOB = {"name": "fs", "code_url": "https://git.example.com/r.git", "command": "python train.py"}
 

@@ -1,7 +1,10 @@
 import pytest
 from django.conf import settings
 
-from quotas.models import AuditEvent, Department, FrameworkImage, Quota, Storage
+from accounts.models import AuditEvent, Department
+from images.models import FrameworkImage
+from quotas.models import Quota
+from clusters.models import Storage
 
 ENDPOINTS = [
     "/api/v1/me/",

@@ -1,7 +1,8 @@
 """The queue, the quota what-if, and live quota usage through the REST API."""
 
 from jobs.models import Job
-from quotas.models import Department, Quota
+from accounts.models import Department
+from quotas.models import Quota
 
 JOB = {"name": "q", "code_url": "https://git.example.com/r.git", "command": "python train.py"}
 

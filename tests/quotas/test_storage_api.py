@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
-from quotas.models import AuditEvent, Storage
-from quotas.storage_paths import local_path_problems
+from accounts.models import AuditEvent
+from clusters.models import Storage
+from clusters.storage_paths import local_path_problems
 
 JOB = {"name": "reader", "code_url": "https://git.example.com/r.git", "command": "python train.py", "gpus_per_worker": 0}
 
@@ -283,7 +284,7 @@ def test_the_admin_site_refuses_the_same_paths(world, data_root, client):
     client.force_login(world.admin)
     form = {"department": volume().department_id, "name": "vision-scratch", "kind": "local", "local_path": "/etc",
             "pvc_name": "", "description": ""}
-    response = client.post("/admin/quotas/storage/add/", form)
+    response = client.post("/admin/clusters/storage/add/", form)
     assert response.status_code == 200  # the form again, with the reason
     assert "/etc is a system directory" in response.content.decode()
     assert not Storage.objects.filter(name="vision-scratch").exists()

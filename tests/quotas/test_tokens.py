@@ -4,14 +4,14 @@ import re
 from datetime import timedelta
 from types import SimpleNamespace
 
-from django.apps import apps
+from django.db.migrations.loader import MigrationLoader
 from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from quotas.models import ApiToken
-from quotas.tokens import token_authenticate, token_create
+from accounts.models import ApiToken
+from accounts.tokens import token_authenticate, token_create
 
 
 def _client_with_key(world, key):
@@ -194,7 +194,9 @@ def test_it_keeps_old_drf_keys_working_and_deletes_their_clear_copies(world):
             ' "created" timestamp with time zone)'
         )
         cursor.execute('INSERT INTO "authtoken_token" VALUES (%s, %s, %s)', [old_key, world.bob.pk, "2026-01-02 03:04:05"])
-    migration.carry_over_drf_tokens(apps, SimpleNamespace(connection=connection))
+    # The migration runs with the models as they were at that migration (ApiToken then lived in quotas).
+    historical = MigrationLoader(connection).project_state(("quotas", "0003_api_token")).apps
+    migration.carry_over_drf_tokens(historical, SimpleNamespace(connection=connection))
     with connection.cursor() as cursor:
         cursor.execute('SELECT COUNT(*) FROM "authtoken_token"')
         assert cursor.fetchone() == (0,)

@@ -10,7 +10,11 @@ from django.utils import timezone
 
 from jobs.models import Job, JobEvent
 from quotas import selectors
-from quotas.models import Department, FrameworkImage, GpuPool, Membership, PriorityClass
+from accounts.models import Department, Membership
+from images.models import FrameworkImage
+from clusters.models import GpuPool
+from quotas.models import PriorityClass
+from jobs import usage as job_usage
 
 
 def at(text: str) -> datetime:
@@ -83,10 +87,10 @@ def test_a_preempted_job_counts_what_each_run_used_and_not_the_wait_between(worl
 def test_a_running_job_counts_up_to_now(world):
     now = at("2025-03-10 15:00")
     held(world.alice, "vision", gpus=2, runs=[("2025-03-10 12:30", None)])
-    report = selectors.usage_get(departments=Department.objects.filter(slug="vision"), start="2025-03-10",
+    report = job_usage.usage_get(departments=Department.objects.filter(slug="vision"), start="2025-03-10",
                                  end="2025-03-10", now=now)
     assert report.rows() == [{"department": "vision", "day": "2025-03-10", "gpu_hours": 5.0}]
-    later = selectors.usage_get(departments=Department.objects.filter(slug="vision"), start="2025-03-10",
+    later = job_usage.usage_get(departments=Department.objects.filter(slug="vision"), start="2025-03-10",
                                 end="2025-03-11", now=now + timedelta(hours=10))
     assert later.rows() == [
         {"department": "vision", "day": "2025-03-10", "gpu_hours": 23.0},

@@ -9,17 +9,19 @@ Seeded: a failure prints the seed and the faults that hit.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 
 import pytest
 
-from config.celery import TransientError
+from core.celery import TransientError
 from jobs import lifecycle, services
-from jobs.executors.kubernetes import Kube
+from clusters import services as cluster_services
+from clusters.kube import Kube
 from jobs.executors.manifests import kind_for, resource_name
 from jobs.models import Job
-from quotas.models import Cluster
+from clusters.models import Cluster
 
 NS = "portal-vision"
 JOBS = 12
@@ -44,7 +46,7 @@ def cluster(world, kube, monkeypatch):
     cluster.save()
     # The portal's client for this cluster, with a short timeout (a delayed answer is a timeout) and no waits.
     kube_api = Kube(kube.api_client(), retries=3, backoff_seconds=0, timeout_seconds=0.5, sleep=lambda _: None)
-    monkeypatch.setitem(services._kube_clients, cluster.pk, (services.json.dumps(cluster.settings, sort_keys=True), kube_api))
+    monkeypatch.setitem(cluster_services._kube_clients, cluster.pk, (json.dumps(cluster.settings, sort_keys=True), kube_api))
     yield cluster
     kube_api.close()
 

@@ -15,8 +15,10 @@ import pytest
 from django.db import connection
 
 from jobs.models import Job
-from quotas.models import Cluster, Department, GpuPool, Quota
-from quotas.tokens import token_create
+from clusters.models import Cluster, GpuPool
+from accounts.models import Department
+from quotas.models import Quota
+from accounts.tokens import token_create
 from tests.processes import Processes
 
 SUBMISSIONS = 200

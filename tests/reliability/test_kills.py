@@ -20,7 +20,8 @@ import pytest
 
 from jobs import lifecycle
 from jobs.models import Job
-from quotas.models import Department, Storage
+from accounts.models import Department
+from clusters.models import Storage
 from tests.jobs.test_job_flow import make_repo
 from tests.processes import Processes
 

@@ -20,14 +20,16 @@ from django.apps import apps
 from django.db import transaction
 from django.test import override_settings
 
-from builds.models import ImageBuild
+from images.models import ImageBuild
 from jobs import services as job_services
 from jobs.api import parse_job_input
-from jobs.models import Job, TensorBoard
-from models_registry import deployments
+from jobs.models import Job
+from tensorboards.models import TensorBoard
+from serving import deployments
 from models_registry.models import ModelAlias, ModelVersion, RegisteredModel
-from quotas.models import Cluster, Department, Membership, Storage
-from quotas.tokens import token_create
+from clusters.models import Cluster, Storage
+from accounts.models import Department, Membership
+from accounts.tokens import token_create
 from tests.conftest import World
 
 CODE_URL = "https://git.example.com/team/repo.git"

@@ -14,9 +14,9 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from jobs import boards
-from jobs.models import TensorBoard
-from quotas.tokens import token_create
+from tensorboards import services as boards
+from tensorboards.models import TensorBoard
+from accounts.tokens import token_create
 from tests.conftest import PASSWORD
 from tests.security.objects import MissingFixture, Objects, fill_path, marker_found, world_with_objects
 from tests.security.schema_ops import ROLES, expected, openapi, operations

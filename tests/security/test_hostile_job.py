@@ -35,11 +35,14 @@ from django.test import override_settings
 from django.utils import timezone
 from tensorboardX import SummaryWriter
 
-from jobs import boards, services
-from jobs.executors import local_procs
-from jobs.models import Job, TensorBoard
-from quotas.models import Cluster, Department
-from quotas.storage import storage_create
+from tensorboards import services as boards
+from jobs import services
+from clusters import local_procs
+from jobs.models import Job
+from tensorboards.models import TensorBoard
+from clusters.models import Cluster
+from accounts.models import Department
+from clusters.storage import storage_create
 from tests.conftest import World
 from tests.jobs.executor_contract import slow_package
 from tests.jobs.test_job_flow import make_repo

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.executors.base import FAILED, ExecutorError, SUCCEEDED, Placement, WorkerPlacement
+from jobs.executors.base import FAILED, SUCCEEDED, Placement, WorkerPlacement
+from clusters.errors import ExecutorError
 from jobs.executors.local import LocalExecutor
 from jobs.executors.manifests import FETCH_SCRIPT, INSTALL_SCRIPT, job_manifests
 from tests.jobs.executor_contract import GitRepo, command_output
@@ -40,7 +41,7 @@ ALLOWED = {
     ("jobs/executors/sandbox_init.py", "worker['command']"):
         "the job's own command, run by the job's own shell inside its sandbox: that is what a command is",
     ("jobs/executors/local.py", "'\"$@\" &'"): "constant; starts the runner's argv in the background",
-    ("jobs/executors/local_procs.py", "'log=$1; shift; \"$@\" >>\"$log\" 2>&1 </dev/null & echo $!'"):
+    ("clusters/local_procs.py", "'log=$1; shift; \"$@\" >>\"$log\" 2>&1 </dev/null & echo $!'"):
         "constant; the log path and argv come in as positional arguments",
 }
 

@@ -16,10 +16,10 @@ from django.conf import settings
 from django.test import AsyncClient, Client
 
 from config.asgi import application
-from jobs import proxy
-from jobs.models import TensorBoard
-from models_registry import router
-from quotas.tokens import token_create
+from tensorboards import proxy
+from tensorboards.models import TensorBoard
+from serving import router
+from accounts.tokens import token_create
 from tests.security.objects import build_objects
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from jobs import boards
-from jobs.models import TensorBoard
-from quotas.tokens import token_create
+from tensorboards import services as boards
+from tensorboards.models import TensorBoard
+from accounts.tokens import token_create
 from tests.security.objects import world_with_objects
 from tests.security.schema_ops import openapi
 

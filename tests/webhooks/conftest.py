@@ -19,7 +19,7 @@ from celery.exceptions import Retry
 from standardwebhooks import Webhook as StandardWebhook
 from standardwebhooks import WebhookVerificationError
 
-from config.celery import app as celery_app
+from core.celery import app as celery_app
 from webhooks import services
 from webhooks import tasks as webhook_tasks  # registers the tasks with the app, as a worker's autodiscovery does
 from webhooks.models import Webhook
@@ -167,7 +167,7 @@ def hooks(world, settings):
 
 def webhook_for(receiver: Receiver, world, *, department: str = "vision", events=None, name: str = "ci") -> Webhook:
     """A webhook made through the service, as a dept admin would; the receiver learns its secret."""
-    from quotas.models import Department
+    from accounts.models import Department
 
     webhook = services.webhook_create(actor=world.admin, department=Department.objects.get(slug=department), name=name,
                                       url=receiver.url, events=ALL_EVENTS if events is None else events)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from quotas.models import AuditEvent, Department
+from accounts.models import AuditEvent, Department
 from webhooks import services
 from webhooks.models import Delivery, Webhook
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from quotas.models import Department
+from accounts.models import Department
 from tests.webhooks.conftest import run_task, webhook_for
 from webhooks.models import Delivery, Webhook
 

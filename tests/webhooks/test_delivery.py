@@ -17,8 +17,8 @@ from django.utils import timezone
 from standardwebhooks import Webhook as StandardWebhook
 from standardwebhooks import WebhookVerificationError
 
-from config.errors import Conflict, InvalidInput
-from quotas.models import AuditEvent, Department
+from core.errors import Conflict, InvalidInput
+from accounts.models import AuditEvent, Department
 from tests.webhooks.conftest import Sent, run_task, webhook_for
 from webhooks import services, signing
 from webhooks.models import Delivery, Webhook

@@ -11,10 +11,10 @@ from jobs import services as job_services
 from jobs.api import parse_job_input
 from jobs.models import Job
 from jobs.transitions import job_transition
-from models_registry import deployments
+from serving import deployments
 from models_registry import services as registry
 from models_registry.models import ModelVersion, RegisteredModel
-from quotas.models import Department
+from accounts.models import Department
 from tests.webhooks.conftest import webhook_for
 from webhooks.models import Delivery
 

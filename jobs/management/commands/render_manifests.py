@@ -17,16 +17,16 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from rest_framework.exceptions import ValidationError
 
-from config.errors import InvalidInput
+from core.errors import InvalidInput
 from jobs.api import PlacementSerializer, parse_job_input
-from jobs.executors.manifest_validation import ManifestInvalid, check_manifests
-from jobs.executors.manifests import (
-    ClusterSettings, ManifestError, department_manifests, job_manifests, priority_class_manifests,
-)
+from clusters.manifest_validation import ManifestInvalid, check_manifests
+from clusters.k8s import ClusterSettings, ManifestError, department_manifests, priority_class_manifests
+from jobs.executors.manifests import job_manifests
 from jobs.models import Job
 from jobs.services import department_limit, job_spec, placement_of
 from jobs.submission import check_submission
-from quotas.models import Cluster, PriorityClass
+from clusters.models import Cluster
+from quotas.models import PriorityClass
 
 
 class _Dumper(yaml.SafeDumper):

@@ -18,11 +18,13 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
 from jobs import lifecycle
-from jobs.executors.base import ExecutorError
-from jobs.executors.kubernetes import JobWatcher, Kube, KubernetesExecutor
+from clusters.errors import ExecutorError
+from jobs.executors.kubernetes import JobWatcher, KubernetesExecutor
+from clusters.kube import Kube
 from jobs.models import Job
-from jobs.services import cluster_settings, job_observe
-from quotas.models import Cluster
+from clusters.services import cluster_settings
+from jobs.services import job_observe
+from clusters.models import Cluster
 
 log = logging.getLogger(__name__)
 

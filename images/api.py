@@ -1,0 +1,150 @@
+"""REST endpoints for image builds (``/api/v1/image-builds/``). Thin: parse, look up, call a service."""
+
+from __future__ import annotations
+
+import difflib
+
+from django.http import Http404, HttpResponse
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, serializers, status
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.fields import SkipField
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from images import selectors, services
+from images.models import ImageBuild
+from core.celery import TransientError
+from clusters.errors import ExecutorError
+
+
+class BuildInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=60, help_text="Name of the catalogue image it becomes")
+    department = serializers.CharField(max_length=40)
+    cluster = serializers.CharField(max_length=40, required=False, allow_blank=True,
+                                    help_text="A Kubernetes cluster with build_registry (default: the first one)")
+    framework = serializers.CharField(max_length=20, default="python")
+    base_packages = serializers.ListField(child=serializers.CharField(max_length=1000), default=list, max_length=1000)
+    dockerfile = serializers.CharField(max_length=1_000_000, required=False, allow_blank=True, trim_whitespace=False,
+                                       help_text="Dockerfile text; or give code_url instead")
+    code_url = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+    code_ref = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    dockerfile_path = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    context_path = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+
+def parse_build_input(data) -> tuple[dict, dict]:
+    """Each field on its own, so that one bad field does not hide the problems of the others."""
+    if not isinstance(data, dict):
+        raise ValidationError({"non_field_errors": ["Send a JSON object describing the build."]})
+    fields = BuildInputSerializer().fields
+    values, errors = {}, {}
+    for name, field in fields.items():
+        try:
+            values[name] = field.run_validation(field.get_value(data))
+        except ValidationError as exc:
+            errors[name] = exc.detail
+        except SkipField:
+            pass
+    for unknown in sorted(set(data) - set(fields)):
+        guess = difflib.get_close_matches(unknown, fields, n=1)
+        errors[unknown] = [f"Unknown field{f'; did you mean {guess[0]!r}?' if guess else '.'}"]
+    return values, errors
+
+
+class BuildOutputSerializer(serializers.ModelSerializer):
+    department = serializers.CharField(source="department.slug")
+    cluster = serializers.CharField(source="cluster.name")
+    requested_by = serializers.CharField(source="requested_by.username")
+    source = serializers.CharField()
+    image = serializers.SerializerMethodField(help_text="Catalogue image name once built")
+    base_packages = serializers.ListField(child=serializers.CharField())
+    logs_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ImageBuild
+        fields = [
+            "id", "name", "department", "cluster", "framework", "base_packages", "source", "dockerfile", "code_url",
+            "code_ref", "dockerfile_path", "context_path", "destination", "status", "message", "requested_by",
+            "created_at", "launched_at", "started_at", "finished_at", "image", "logs_url",
+        ]
+
+    def get_image(self, build) -> str | None:
+        return build.image.name if build.image else None
+
+    def get_logs_url(self, build) -> str:
+        return reverse("api-image-build-logs", args=[build.pk])
+
+
+class ClusterUnavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "cluster_unavailable"
+
+
+def _visible_build(request, build_id) -> ImageBuild:
+    build = selectors.build_get(user=request.user, build_id=build_id)
+    if build is None:
+        raise Http404("No image build with that id in your departments.")
+    return build
+
+
+class BuildListApi(generics.ListAPIView):
+    serializer_class = BuildOutputSerializer
+
+    @extend_schema(parameters=[
+        OpenApiParameter("department", str, description="Department slug"),
+        OpenApiParameter("status", str, description="One status, or several separated by commas"),
+    ])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        params = self.request.query_params
+        return selectors.builds_for(user=self.request.user, department=params.get("department", ""),
+                                    status=params.get("status", ""))
+
+    @extend_schema(request=BuildInputSerializer, responses={201: BuildOutputSerializer})
+    def post(self, request):
+        values, type_errors = parse_build_input(request.data)
+        build = services.build_submit(user=request.user, data=values, type_errors=type_errors)
+        return Response(BuildOutputSerializer(build).data, status=status.HTTP_201_CREATED)
+
+
+class BuildDetailApi(APIView):
+    @extend_schema(responses=BuildOutputSerializer)
+    def get(self, request, build_id):
+        return Response(BuildOutputSerializer(_visible_build(request, build_id)).data)
+
+
+class BuildCancelApi(APIView):
+    @extend_schema(request=None, responses={200: BuildOutputSerializer})
+    def post(self, request, build_id):
+        build = services.build_cancel(user=request.user, build=_visible_build(request, build_id))
+        return Response(BuildOutputSerializer(build).data)
+
+
+class BuildLogsApi(APIView):
+    @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR})
+    def get(self, request, build_id):
+        build = _visible_build(request, build_id)
+        try:
+            text = services.build_logs(build=build)
+        except (ExecutorError, TransientError) as exc:
+            raise ClusterUnavailable(f"Cannot read the build's log from cluster {build.cluster.name}: {exc}") from exc
+        return HttpResponse(text, content_type="text/plain; charset=utf-8")
+
+
+class ImageListApi(generics.ListAPIView):
+    class ImageOutputSerializer(serializers.Serializer):
+        name = serializers.CharField()
+        framework = serializers.CharField()
+        image = serializers.CharField()
+        official = serializers.BooleanField()
+        department = serializers.CharField(source="department.slug", allow_null=True, default=None)
+
+    serializer_class = ImageOutputSerializer
+
+    def get_queryset(self):
+        return selectors.images_for(user=self.request.user)

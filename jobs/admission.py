@@ -1,0 +1,227 @@
+"""TODO docstring: moved from quotas.services."""
+
+from __future__ import annotations
+import math
+import secrets
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+from jobs import lifecycle, live
+from jobs.models import Job
+from jobs.transitions import job_transition
+from clusters.cluster_settings import setup_timeout_seconds
+from accounts.models import Department
+from quotas.models import Quota
+from quotas.scheduler import (
+    Admission, Decisions, PendingJob, PoolState, Preemption, QuotaState, RunningJob, Slot, Snapshot, schedule,
+)
+from quotas.scheduler.eta import expected_end
+from quotas.services import quotas_check
+from jobs import tasks
+
+
+def quota_preview(*, department: Department, quotas: list[dict]) -> Decisions:
+    """What one scheduling cycle would do if the department had these quotas. Changes nothing."""
+    pools = quotas_check(department=department, quotas=quotas, lock=False)
+    proposed = [
+        QuotaState(department=department.slug, pool_id=pools[(i["cluster"], i["gpu_type"])].pk, nominal=i["nominal"],
+                   borrowing_limit=i.get("borrowing_limit"), lending_limit=i.get("lending_limit"))
+        for i in quotas
+    ]
+    others = [
+        QuotaState(department=q.department.slug, pool_id=q.pool_id, nominal=q.nominal, borrowing_limit=q.borrowing_limit,
+                   lending_limit=q.lending_limit)
+        for q in Quota.objects.exclude(department=department).select_related("department")
+    ]
+    queued = list(Job.objects.filter(status=lifecycle.QUEUED).select_related("pool__cluster", "priority", "department"))
+    if not queued:
+        return Decisions()
+    snapshot, _ = cycle_snapshot(queued=queued, quotas=proposed + others)
+    return schedule(snapshot, now=timezone.now().timestamp())
+
+
+ETA_TOLERANCE_SECONDS = 60
+
+
+CYCLE_LOCK_KEY = 0x6770755F  # "gpu_": one scheduling cycle at a time across processes
+
+
+def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
+    """Admit what fits, start preemptions, and tell every waiting job why and roughly when.
+
+    The one way jobs get admitted. Runs in one transaction under a
+    cross-process lock, and moves each job with a conditional update, so
+    concurrent cycles and submissions cannot over-admit. Launching and
+    stopping happen after commit, in the worker.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        _lock_cycle()
+        queued = {
+            job.pk: job
+            for job in Job.objects.filter(status=lifecycle.QUEUED).select_related("pool__cluster", "priority", "department")
+        }
+        if not queued:
+            return Decisions()
+        snapshot, holding = cycle_snapshot(queued=list(queued.values()))
+        decisions = schedule(snapshot, now=now.timestamp())
+        for admission in decisions.admissions:
+            _admit(queued[admission.job_id], admission, now)
+        for preemption in decisions.preemptions:
+            _preempt(holding[preemption.job_id], preemption, now)
+        moved = []
+        for waiting in decisions.waiting:
+            job = queued[waiting.job_id]
+            eta = datetime.fromtimestamp(waiting.estimated_start, tz=UTC) if waiting.estimated_start else None
+            if (job.pending_reason, job.status_message, job.queue_position) != (
+                waiting.reason, waiting.message, waiting.position
+            ) or _moved(job.estimated_start, eta):
+                if Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
+                    pending_reason=waiting.reason, status_message=waiting.message, queue_position=waiting.position,
+                    estimated_start=eta,
+                ):
+                    job.pending_reason, job.status_message = waiting.reason, waiting.message
+                    job.queue_position, job.estimated_start = waiting.position, eta
+                    moved.append(job)
+        # No transition tells their departments' open pages about these: say it once per department.
+        live.queue_changed(jobs=moved)
+    return decisions
+
+
+def _moved(before: datetime | None, after: datetime | None) -> bool:
+    """An estimate is rewritten only when it moves by more than a minute, not on every cycle's new "now"."""
+    if before is None or after is None:
+        return before != after
+    return abs((after - before).total_seconds()) > ETA_TOLERANCE_SECONDS
+
+
+def _lock_cycle() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CYCLE_LOCK_KEY])
+
+
+def _recent_usage(pools, now: datetime | None = None) -> dict[tuple[str, int], float]:
+    """(department, pool) -> GPUs used on average lately, each finished run's GPU-seconds decayed by its age.
+
+    Only for pools whose cluster weighs it in fair share (setting ``fair_share_usage_weight``; the
+    half-life is ``fair_share_half_life_hours``, default 24). Runs still going count through the
+    GPUs they hold now, their earlier runs here.
+    """
+    now = now or timezone.now()
+    recent: dict[tuple[str, int], float] = defaultdict(float)
+    for pool in pools:
+        settings = pool.cluster.settings
+        if not float(settings.get("fair_share_usage_weight", 0)):
+            continue
+        half_life = float(settings.get("fair_share_half_life_hours", 24)) * 3600
+        since = now - timedelta(seconds=8 * half_life)  # older runs weigh less than 0.4%
+        rows = Job.objects.filter(pool=pool, gpu_seconds__gt=0).filter(
+            Q(finished_at__gte=since) | Q(finished_at__isnull=True)
+        ).values_list("department__slug", "gpu_seconds", "finished_at")
+        for department, gpu_seconds, finished in rows:
+            age = max(0.0, (now - (finished or now)).total_seconds())
+            # a GPU-second that long ago, spread over the mean life of the decay (half-life / ln 2)
+            recent[(department, pool.pk)] += gpu_seconds * 0.5 ** (age / half_life) * math.log(2) / half_life
+    return recent
+
+
+def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None) -> tuple[Snapshot, dict[int, Job]]:
+    """What the scheduler sees of the pools the queued jobs wait for; ``quotas`` replaces the stored ones (what-if)."""
+    pools = {job.pool_id: job.pool for job in queued}
+    holding = {
+        job.pk: job
+        for job in Job.objects.filter(status__in=lifecycle.HOLDS_GPUS, pool_id__in=list(pools))
+        .select_related("priority", "department")
+    }
+    used: dict[int, dict[tuple[str, int], float]] = {pool_id: defaultdict(float) for pool_id in pools}
+    running = []
+    for job in holding.values():
+        slots = tuple(
+            Slot(worker=s["worker"], node=s["node"], gpus=tuple(s["gpus"]), fraction=s.get("gpu_fraction"))
+            for s in job.placement
+        )
+        for slot in slots:
+            for gpu in slot.gpus:
+                used[job.pool_id][(slot.node, gpu)] += slot.fraction or 1.0
+        started = (job.admitted_at or job.created_at).timestamp()
+        running.append(RunningJob(
+            job_id=job.pk, pool_id=job.pool_id, department=job.department.slug, priority=job.priority.value,
+            preemptible=job.priority.preemptible, gpus=job.gpus, slots=slots, started_at=started,
+            deadline=expected_end(
+                admitted_at=started, running_since=job.started_at.timestamp() if job.started_at else None,
+                max_runtime=job.max_runtime_seconds, setup_seconds=setup_timeout_seconds(pools[job.pool_id].cluster),
+            ),
+            terminating=bool(job.cancel_requested_at or job.preempt_requested_at),
+            attained=job.gpu_seconds,  # earlier runs; this one counts from started_at
+            checkpoint_every=float(pools[job.pool_id].cluster.settings.get("checkpoint_seconds", 0)) or None,
+        ))
+    if quotas is None:
+        recent = _recent_usage(pools.values())
+        quotas = [
+            QuotaState(department=q.department.slug, pool_id=q.pool_id, nominal=q.nominal,
+                       borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit,
+                       recent_usage=recent.get((q.department.slug, q.pool_id), 0.0))
+            for q in Quota.objects.filter(pool_id__in=list(pools)).select_related("department")
+        ]
+    snapshot = Snapshot(
+        pools={
+            pool.pk: PoolState(
+                pool_id=pool.pk, name=str(pool), nodes=tuple(pool.node_names), gpus_per_node=pool.gpus_per_node,
+                shareable=pool.shareable, used=dict(used[pool.pk]),
+                min_runtime_seconds=float(pool.cluster.settings.get("min_runtime_seconds", 0)),
+                usage_weight=float(pool.cluster.settings.get("fair_share_usage_weight", 0)),
+            )
+            for pool in pools.values()
+        },
+        pending=tuple(
+            PendingJob(
+                job_id=job.pk, pool_id=job.pool_id, department=job.department.slug, priority=job.priority.value,
+                submitted_at=job.created_at.timestamp(), workers=job.workers, gpus_per_worker=job.gpus_per_worker,
+                preemptible=job.priority.preemptible, max_runtime=job.max_runtime_seconds,
+                nominated=job.pending_reason == "preemption_in_progress", attained=job.gpu_seconds,
+            )
+            for job in queued
+        ),
+        running=tuple(running),
+        quotas=tuple(quotas),
+        fifo=dict(Department.objects.values_list("slug", "queueing")),
+    )
+    return snapshot, holding
+
+
+def _preempt(job: Job, preemption: Preemption, now: datetime) -> None:
+    """Ask a running job to stop for another; it is re-queued when it has stopped (jobs.services.job_observe)."""
+    updated = Job.objects.filter(pk=job.pk, status__in=lifecycle.HOLDS_GPUS, preempt_requested_at__isnull=True).update(
+        preempt_requested_at=now, preempt_reason=preemption.reason,
+        status_message=f"{preemption.message} Workers get SIGTERM and the grace period, then it is queued again.",
+    )
+    if updated:
+        job_id = job.pk
+        transaction.on_commit(lambda: tasks.cancel_job.delay(job_id))
+
+
+def _admit(job: Job, admission: Admission, now: datetime) -> None:
+    placement = [
+        {"worker": slot.worker, "node": slot.node, "gpus": list(slot.gpus), "gpu_fraction": slot.fraction}
+        for slot in admission.slots
+    ]
+    where = ", ".join(
+        f"worker {slot.worker} on {slot.node}" + (f" GPU {','.join(map(str, slot.gpus))}" if slot.gpus else "")
+        + (f" ({slot.fraction:g} share)" if slot.fraction else "")
+        for slot in admission.slots
+    )
+    job_transition(
+        job=job, to=lifecycle.ADMITTED, reason="admitted", message=f"Admitted: {where}.", now=now,
+        placement=placement, admitted_at=now, pending_reason="", status_message="", queue_position=None,
+        run_id=f"{job.pk}-{secrets.token_hex(4)}", launched_at=None,
+    )
+    job_id = job.pk
+    transaction.on_commit(lambda: tasks.launch_job.delay(job_id))
+
+
+def on_capacity_changed(**_signal) -> None:
+    """quotas.signals.capacity_changed: a larger quota or a new priority may admit waiting jobs at once."""
+    scheduling_cycle()

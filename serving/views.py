@@ -1,0 +1,68 @@
+"""Browser pages of deployments: /deployments/ lists those of the user's departments; /deployments/<name>/
+shows the variants and weights, live per-variant charts (polling the metrics API), the A/B verdict, the
+rollout's progress and POST forms to promote a variant or roll back. Thin: look up, call a service, render.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from core.errors import Conflict, InvalidInput
+from serving import deployments
+from serving.models import Deployment
+
+
+def _visible(request, name: str) -> Deployment:
+    deployment = deployments.deployment_get(user=request.user, name=name)
+    if deployment is None:
+        raise Http404(_("No deployment with that name in your departments."))
+    return deployment
+
+
+@login_required
+def deployment_list(request):
+    department = request.GET.get("department", "")
+    rows = deployments.deployments_for(user=request.user, department=department).prefetch_related("variants__version")
+    return render(request, "models_registry/deployments/list.html", {"deployments": rows, "department": department})
+
+
+@login_required
+def deployment_detail(request, name: str):
+    deployment = _visible(request, name)
+    return render(request, "models_registry/deployments/detail.html", {
+        "deployment": deployment,
+        "metrics": deployments.deployment_metrics(deployment=deployment),
+        "history": deployments.rollout_view(deployment)["history"],
+    })
+
+
+@login_required
+@require_POST
+def deployment_promote(request, name: str):
+    deployment = _visible(request, name)
+    variant = request.POST.get("variant", "")
+    try:
+        deployments.deployment_promote(user=request.user, deployment=deployment, variant=variant)
+    except InvalidInput as exc:
+        messages.error(request, " ".join(str(m) for ms in exc.errors.values() for m in ms))
+    else:
+        messages.success(request, _("Variant %(variant)s now gets all the traffic.") % {"variant": variant})
+    return redirect("deployment-detail", name=name)
+
+
+@login_required
+@require_POST
+def deployment_rollback(request, name: str):
+    deployment = _visible(request, name)
+    try:
+        deployments.deployment_rollback(user=request.user, deployment=deployment)
+    except Conflict as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, _("Rolled back to the previous variants."))
+    return redirect("deployment-detail", name=name)

@@ -1,0 +1,171 @@
+"""The portal's authenticated reverse proxy to TensorBoards (API.md "TensorBoard").
+
+/tensorboard/<job_id>/... serves the job's board, /tensorboard/compare/<board_id>/... a comparison.
+Only signed-in users who may see every job of the board get through; everyone else gets 404, so a
+board's existence is never revealed. Path tricks (dot segments, encoded slashes, backslashes, NUL,
+absolute URLs) get 400. A board that is not running is started (503 with Retry-After meanwhile).
+Nothing is forwarded to a board whose port is served by another process than the one the portal started
+(boards.board_verify, looked at on every request and fully every few seconds): 503, and it starts again.
+Responses stream from TensorBoard through one pooled httpx client per event loop; cookies and
+credentials of the portal are never passed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from urllib.parse import quote
+
+import httpx
+from asgiref.sync import sync_to_async
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpResponse, HttpResponseNotAllowed, StreamingHttpResponse
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+
+from core.errors import Conflict
+from tensorboards import services as boards
+from tensorboards.models import TensorBoard
+
+RETRY_SECONDS = 2
+# What TensorBoard's UI sends that matters to it; never the portal's cookies or Authorization.
+REQUEST_HEADERS = ("accept", "accept-encoding", "accept-language", "content-type", "if-none-match",
+                   "if-modified-since", "cache-control", "pragma")
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+              "transfer-encoding", "upgrade", "proxy-connection"}
+# Set by the portal itself, or not TensorBoard's to set on the portal's origin.
+NOT_FORWARDED = HOP_BY_HOP | {"set-cookie", "server", "date", "x-frame-options"}
+_BAD_ENCODINGS = ("%2f", "%5c", "%00", "%2e")
+
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+
+
+def _client() -> httpx.AsyncClient:
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None:
+        client = _clients[loop] = httpx.AsyncClient(
+            timeout=httpx.Timeout(60, connect=2), limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            follow_redirects=False, trust_env=False,  # never through an HTTP_PROXY meant for the outside world
+        )
+    return client
+
+
+async def clients_close() -> None:
+    """Close this event loop's pooled client (tests end their loop after each request)."""
+    client = _clients.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.aclose()
+
+
+@csrf_exempt  # TensorBoard's UI posts forms to its data API without the portal's CSRF token; see _foreign_origin
+async def job_board(request, job_id: int, rest: str = ""):
+    return await _proxy(request, rest, job_id=job_id)
+
+
+@csrf_exempt
+async def compare_board(request, board_id: int, rest: str = ""):
+    return await _proxy(request, rest, board_id=board_id)
+
+
+urlpatterns = [
+    path("<int:job_id>/", job_board, name="tensorboard-job"),
+    path("<int:job_id>/<path:rest>", job_board),
+    path("compare/<int:board_id>/", compare_board, name="tensorboard-compare"),
+    path("compare/<int:board_id>/<path:rest>", compare_board),
+]
+
+
+async def _proxy(request, rest: str, *, job_id: int | None = None, board_id: int | None = None):
+    if request.method not in ("GET", "POST"):
+        return HttpResponseNotAllowed(["GET", "POST"])
+    problem = _path_problem(request, rest)
+    if problem:
+        return _text(400, problem)
+    user = await request.auser()
+    if not user.is_authenticated:
+        if request.method == "GET" and "text/html" in request.headers.get("Accept", ""):
+            return redirect_to_login(request.get_full_path())
+        return _text(401, "Sign in to the portal to open TensorBoard.")
+    if request.method == "POST" and _foreign_origin(request):
+        return _text(403, "Cross-origin requests to TensorBoard are not allowed.")
+    try:
+        board = await sync_to_async(boards.board_open)(user=user, job_id=job_id, board_id=board_id)
+    except Conflict as exc:
+        return _text(409, str(exc))
+    if board is None:
+        return _text(404, "No TensorBoard with that id in your departments.")
+    if board.status != TensorBoard.Status.RUNNING:
+        return _not_ready(request, board)
+    client = _client()
+    upstream_request = client.build_request(
+        request.method,
+        f"http://{board.host}:{board.port}{boards.board_url(board)}{quote(rest, safe='/:@!$&()*+,;=-._~')}",
+        params=request.META.get("QUERY_STRING", ""),
+        # httpx would ask for gzip on a client's behalf that cannot read it: pass on what the client accepts.
+        headers={"accept-encoding": "identity"}
+        | {name: value for name in REQUEST_HEADERS if (value := request.headers.get(name))},
+        content=request.body if request.method == "POST" else None,
+    )
+    try:
+        upstream = await client.send(upstream_request, stream=True)
+    except (httpx.ConnectError, httpx.ConnectTimeout):
+        # Its process died since it was last looked at: notice it and start it again.
+        board = await sync_to_async(boards.board_ensure)(board=board, user=user, restart_failed=False)
+        return _not_ready(request, board)
+    except httpx.HTTPError as exc:
+        return _text(502, f"TensorBoard did not answer: {exc.__class__.__name__}.")
+    response = StreamingHttpResponse(_stream(upstream), status=upstream.status_code)
+    for name, value in upstream.headers.multi_items():
+        if name.lower() not in NOT_FORWARDED:
+            response.headers[name] = value
+    response.headers["X-Frame-Options"] = "SAMEORIGIN"  # the job page embeds the board in an iframe
+    return response
+
+
+async def _stream(upstream: httpx.Response):
+    try:
+        async for chunk in upstream.aiter_raw():  # raw: the client gets TensorBoard's own encoding
+            yield chunk
+    finally:
+        await upstream.aclose()
+
+
+def _path_problem(request, rest: str) -> str:
+    raw = request.scope.get("raw_path") if hasattr(request, "scope") else None
+    if raw and any(code in raw.decode("latin-1").lower() for code in _BAD_ENCODINGS):
+        return "Encoded slashes, backslashes, dots or NUL are not allowed in TensorBoard paths."
+    if any(ch == "\\" or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in request.path):
+        return "Backslashes and control characters are not allowed in TensorBoard paths."
+    segments = rest.split("/")
+    if any(segment in (".", "..") for segment in request.path.split("/")):
+        return "Dot segments (. and ..) are not allowed in TensorBoard paths."
+    if "" in segments[:-1] or "://" in rest:
+        return "Empty path segments and absolute URLs are not allowed in TensorBoard paths."
+    return ""
+
+
+def _foreign_origin(request) -> bool:
+    origin = request.headers.get("Origin")
+    return bool(origin) and origin != f"{request.scheme}://{request.get_host()}"
+
+
+def _not_ready(request, board) -> HttpResponse:
+    if board.status == TensorBoard.Status.FAILED:
+        return _text(502, f"TensorBoard could not start: {board.message}\nStart it again from the job page.")
+    message = "TensorBoard is starting; try again in a few seconds."
+    if board.status == TensorBoard.Status.STOPPED and board.message:
+        message = board.message  # boards.NOT_OURS: stopped just now, started again by the next request
+    if "text/html" in request.headers.get("Accept", ""):
+        response = HttpResponse(
+            f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="{RETRY_SECONDS}">'
+            f"<title>TensorBoard</title><p>{message}</p>", status=503)
+    else:
+        response = _text(503, message)
+    response.headers["Retry-After"] = str(RETRY_SECONDS)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _text(status: int, message: str) -> HttpResponse:
+    return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
