@@ -290,7 +290,10 @@ class Occupancy:
         """``gpu`` of ``node`` stops (``taken``) or starts being whole and free: the node changes bucket."""
         whole = self.whole_free[node]
         count = len(whole)
-        whole.discard(gpu) if taken else whole.add(gpu)
+        if taken:
+            whole.discard(gpu)
+        else:
+            whole.add(gpu)
         if len(whole) != count:
             del self.by_free[count][node]
             self.by_free[len(whole)][node] = None

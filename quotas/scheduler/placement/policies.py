@@ -40,7 +40,7 @@ class Binpack:
 
     def fraction(self, occupancy, amount: int, cpu: float, mem: float, models=()) -> tuple[str, int] | None:
         levels, shared = occupancy.levels, occupancy.shared
-        for position in range(bisect_right(levels, FULL - amount + 1) - 1, -1, -1):
+        for position in range(bisect_right(levels, FULL - amount) - 1, -1, -1):
             key = occupancy.first_fitting_gpu(shared[levels[position]], cpu, mem, models)
             if key is not None:
                 return key
