@@ -80,7 +80,7 @@ class WebhookOutputSerializer(serializers.ModelSerializer):
 
 
 class WebhookWithSecretSerializer(WebhookOutputSerializer):
-    secret = serializers.CharField(help_text="Shown only now: keep it to verify X-Portal-Signature")
+    secret = serializers.CharField(help_text="Shown only now: keep it to verify webhook-signature (Standard Webhooks; X-Portal-Signature is deprecated)")
 
     class Meta(WebhookOutputSerializer.Meta):
         fields = [*WebhookOutputSerializer.Meta.fields, "secret"]
