@@ -24,18 +24,20 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from core.errors import Conflict, InvalidInput
 from accounts import permissions
-from quotas import selectors, services
-from clusters import storage as storage_services
+from accounts import selectors as account_selectors
+from accounts import services as account_services
+from accounts.access import managed_department
 from accounts.models import Membership
-from quotas.models import PriorityClass
-from clusters.models import Storage
 from clusters import selectors as cluster_selectors
+from clusters import storage as storage_services
+from clusters.models import Storage
+from core.errors import Conflict, InvalidInput
+from core.forms import show_errors
 from jobs import admission
 from jobs import usage as job_usage
-from accounts import services as account_services
-from accounts import selectors as account_selectors
+from quotas import selectors, services
+from quotas.models import PriorityClass
 
 ROLES = [(Membership.Role.MEMBER, gettext_lazy("Member")), (Membership.Role.DEPT_ADMIN, gettext_lazy("Department admin"))]
 AUDIT_PAGE_SIZE = 50
@@ -48,15 +50,6 @@ def _require_console(user) -> None:
         raise PermissionDenied(_("The admin console is for department admins and platform admins."))
 
 
-def _managed(request, slug: str):
-    department = account_selectors.department_get(user=request.user, slug=slug)
-    if department is None:
-        raise Http404(_("No department with that name among yours."))
-    if not permissions.can_manage(request.user, department):
-        raise PermissionDenied(_("Only admins of %(department)s can manage it.") % {"department": department.slug})
-    return department
-
-
 def _managed_filter(request, slug: str):
     """A department chosen in a filter: one the user manages, or None for all of them."""
     if not slug:
@@ -65,11 +58,6 @@ def _managed_filter(request, slug: str):
     if department is None:
         raise Http404(_("No department with that name among those you manage."))
     return department
-
-
-def _show_errors(form: forms.Form, exc: InvalidInput) -> None:
-    for field, problems in exc.errors.items():
-        form.add_error(field if field in form.fields else None, [str(problem) for problem in problems])
 
 
 # --- Overview -----------------------------------------------------------------------
@@ -83,7 +71,7 @@ def index(request):
 
 @login_required
 def department(request, slug):
-    return redirect("console:members", slug=_managed(request, slug).slug)
+    return redirect("console:members", slug=managed_department(request, slug).slug)
 
 
 # --- Members and roles --------------------------------------------------------------
@@ -99,7 +87,7 @@ class RoleForm(forms.Form):
 
 @login_required
 def members(request, slug):
-    department = _managed(request, slug)
+    department = managed_department(request, slug)
     form = MemberAddForm(request.POST or None)
     status = 200
     if request.method == "POST":
@@ -107,7 +95,7 @@ def members(request, slug):
             try:
                 membership = account_services.membership_set(actor=request.user, department=department, **form.cleaned_data)
             except InvalidInput as exc:
-                _show_errors(form, exc)
+                show_errors(form, exc)
             else:
                 messages.success(request, _("%(user)s is now %(role)s of %(department)s.") % {
                     "user": membership.user.username, "role": dict(ROLES)[membership.role], "department": department.slug})
@@ -122,7 +110,7 @@ def members(request, slug):
 @login_required
 @require_POST
 def member_role(request, slug, membership_id):
-    department = _managed(request, slug)
+    department = managed_department(request, slug)
     membership = get_object_or_404(Membership.objects.select_related("user"), pk=membership_id, department=department)
     form = RoleForm(request.POST, prefix=f"m{membership.pk}")
     if not form.is_valid():
@@ -144,7 +132,7 @@ def member_role(request, slug, membership_id):
 @login_required
 @require_POST
 def member_remove(request, slug, membership_id):
-    department = _managed(request, slug)
+    department = managed_department(request, slug)
     membership = get_object_or_404(Membership.objects.select_related("user", "department"), pk=membership_id,
                                    department=department)
     try:
@@ -176,7 +164,7 @@ class QuotaRowForm(forms.Form):
 @login_required
 def quotas(request, slug):
     """Everybody who manages the department reads its quotas; platform admins preview and save changes."""
-    department = _managed(request, slug)
+    department = managed_department(request, slug)
     editable = permissions.can_set_quotas(request.user)
     if request.method == "POST" and not editable:
         raise PermissionDenied(_("Only platform admins can change quotas."))
@@ -203,7 +191,7 @@ def quotas(request, slug):
         except InvalidInput as exc:
             for (_pool, form), problems in zip(chosen, exc.errors.get("quotas", [])):
                 if problems:
-                    _show_errors(form, InvalidInput(problems))
+                    show_errors(form, InvalidInput(problems))
         else:
             jobs = job_usage.jobs_by_id(ids=[d.job_id for d in (*decisions.admissions, *decisions.preemptions, *decisions.waiting)])
             context.update(mode="preview", proposed=items, preview={
@@ -241,7 +229,7 @@ def priorities(request):
         try:
             priority = services.priority_class_create(actor=request.user, **form.cleaned_data)
         except InvalidInput as exc:
-            _show_errors(form, exc)
+            show_errors(form, exc)
         else:
             messages.success(request, _("Priority class %(name)s created.") % {"name": priority.name})
             return redirect("console:priorities")
@@ -261,7 +249,7 @@ def priority_edit(request, name):
         try:
             services.priority_class_update(actor=request.user, priority=priority, **form.cleaned_data)
         except InvalidInput as exc:
-            _show_errors(form, exc)
+            show_errors(form, exc)
         else:
             messages.success(request, _("Priority class %(name)s saved.") % {"name": priority.name})
             return redirect("console:priorities")
@@ -291,13 +279,13 @@ class StorageCreateForm(StorageForm):
 
 @login_required
 def storage(request, slug):
-    department = _managed(request, slug)
+    department = managed_department(request, slug)
     form = StorageCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
             created = storage_services.storage_create(actor=request.user, department=department, **form.cleaned_data)
         except InvalidInput as exc:
-            _show_errors(form, exc)
+            show_errors(form, exc)
         else:
             messages.success(request, _("Storage %(name)s created.") % {"name": created.name})
             return redirect("console:storage", slug=department.slug)
@@ -308,7 +296,7 @@ def storage(request, slug):
 
 @login_required
 def storage_edit(request, slug, storage_id):
-    department = _managed(request, slug)
+    department = managed_department(request, slug)
     volume = get_object_or_404(Storage.objects.select_related("department"), pk=storage_id, department=department)
     form = StorageForm(request.POST or None, initial={
         "kind": volume.kind, "local_path": volume.local_path, "pvc_name": volume.pvc_name, "description": volume.description})
@@ -316,7 +304,7 @@ def storage_edit(request, slug, storage_id):
         try:
             storage_services.storage_update(actor=request.user, storage=volume, values=form.cleaned_data)
         except InvalidInput as exc:
-            _show_errors(form, exc)
+            show_errors(form, exc)
         else:
             messages.success(request, _("Storage %(name)s saved.") % {"name": volume.name})
             return redirect("console:storage", slug=department.slug)
@@ -327,7 +315,7 @@ def storage_edit(request, slug, storage_id):
 
 @login_required
 def storage_delete(request, slug, storage_id):
-    department = _managed(request, slug)
+    department = managed_department(request, slug)
     volume = get_object_or_404(Storage.objects.select_related("department"), pk=storage_id, department=department)
     error = ""
     if request.method == "POST":

@@ -10,10 +10,10 @@ from __future__ import annotations
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from accounts import selectors as account_selectors
+from images import selectors as image_selectors
 from jobs import services as job_services
 from quotas import selectors as quota_selectors
-from images import selectors as image_selectors
-from accounts import selectors as account_selectors
 
 SECONDS_PER_HOUR = 3600
 # Service field -> form field, where they differ.

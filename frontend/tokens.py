@@ -12,8 +12,8 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from core.errors import InvalidInput
 from accounts import tokens
+from core.errors import InvalidInput
 
 
 # never_cache: the response that carries a new key must not be kept by the browser or a proxy.

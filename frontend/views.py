@@ -16,15 +16,15 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
+from accounts import permissions
+from accounts import selectors as account_selectors
+from clusters import selectors as cluster_selectors
+from clusters.cluster_settings import cluster_warnings, clusters_unisolated
 from core.errors import Conflict, InvalidInput
 from frontend.forms import JobForm
 from jobs import lifecycle, selectors, services
-from jobs.models import Job
-from accounts import permissions
-from clusters.cluster_settings import cluster_warnings, clusters_unisolated
-from clusters import selectors as cluster_selectors
 from jobs import usage as job_usage
-from accounts import selectors as account_selectors
+from jobs.models import Job
 
 JOBS_PER_PAGE = 25
 RECENT_JOBS = 10
