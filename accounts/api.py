@@ -1,4 +1,5 @@
-"""TODO docstring: moved from quotas.api."""
+"""REST endpoints for identity and tenancy (API.md "Identity and tenancy"): obtaining a token, who am I, the
+departments I belong to, the audit log, and personal API tokens. Thin: look up, check, call."""
 
 from django.contrib.auth import authenticate
 from django.http import Http404
@@ -8,9 +9,10 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
 from accounts import permissions, tokens
-from accounts.models import ApiToken
 from accounts import selectors as account_selectors
+from accounts.models import ApiToken
 
 
 class TokenApi(APIView):

@@ -1,7 +1,9 @@
-"""TODO docstring: moved from quotas.selectors."""
+"""Reads of tenancy: the departments a user may see, use or manage, their members, and the audit log."""
 
 from __future__ import annotations
+
 from django.db.models import Q, QuerySet
+
 from accounts import permissions
 from accounts.models import AuditEvent, Department, Membership
 

@@ -1,13 +1,16 @@
-"""TODO docstring: moved from quotas.services."""
+"""Writes to tenancy: memberships and roles (a department keeps at least one admin), the audit trail
+(``audit_record``: every change a person makes), and the role checks services share."""
 
 from __future__ import annotations
+
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils.translation import gettext as _
-from core.errors import InvalidInput
+
 from accounts import permissions
 from accounts.models import AuditEvent, Department, Membership
+from core.errors import InvalidInput
 
 
 def audit_record(*, actor, action: str, target: str, department: Department | None = None, data: dict | None = None) -> AuditEvent:

@@ -1,4 +1,5 @@
-"""TODO docstring: moved from jobs.executors.base."""
+"""The error every cluster-facing adapter raises (executors, the Kubernetes client, TensorBoard and model-server
+backends): a message a person can act on and whether trying again can help (``permanent``). No Django here."""
 
 from __future__ import annotations
 

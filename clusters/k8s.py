@@ -1,11 +1,14 @@
-"""TODO docstring: moved from jobs.executors.manifests."""
+"""What a Kubernetes cluster is to the portal: ``ClusterSettings`` (the keys of Cluster.settings, checked, with
+their defaults), the labels every object the portal makes carries, and the per-department objects (namespace,
+GPU ResourceQuota, job volume, NetworkPolicy) and priority classes. Pure: no Django, no I/O."""
 
 from __future__ import annotations
+
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from clusters import pod_security
 
+from clusters import pod_security
 
 MANAGED_BY = "gpu-portal"
 

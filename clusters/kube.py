@@ -1,16 +1,21 @@
-"""TODO docstring: moved from jobs.executors.kubernetes."""
+"""The ``Kube`` wrapper around the official ``kubernetes`` client: the only module that imports it (import-linter
+enforces it). Plain dicts in and out, retries of transient answers with backoff, errors as KubeError with
+``permanent`` set, watches that end with Gone when their resourceVersion is too old. No Django here."""
 
 from __future__ import annotations
+
 import json
 import logging
 import os
 import time
 from collections.abc import Iterator, Mapping
+
 import kubernetes.client
 import kubernetes.config
 import kubernetes.watch
 import urllib3
 from kubernetes.client.exceptions import ApiException
+
 from clusters.errors import ExecutorError
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,9 @@
-"""TODO docstring: moved from quotas.selectors."""
+"""Reads of capacity: clusters with their pools, and the storage volumes a user may see."""
 
 from __future__ import annotations
+
 from django.db.models import QuerySet
+
 from accounts import permissions
 from accounts.models import Department
 from clusters.models import Cluster, Storage

@@ -1,11 +1,15 @@
-"""TODO docstring: moved from jobs.services."""
+"""A cluster's settings as the Kubernetes code reads them, its one cached client (``kube_for``: one ``Kube`` per
+cluster, rebuilt when its settings change, shared by jobs, boards, builds and model servers), and calling it
+(``executor_call``: a transient failure becomes a Celery retry)."""
 
 from __future__ import annotations
+
 import json
-from core.celery import TransientError
+
 from clusters.errors import ExecutorError
 from clusters.k8s import ClusterSettings, ManifestError
 from clusters.models import Cluster
+from core.celery import TransientError
 
 _kube_clients: dict[int, tuple[str, object]] = {}  # cluster pk -> (its settings, its Kube): the one cache
 

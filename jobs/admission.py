@@ -1,25 +1,41 @@
-"""TODO docstring: moved from quotas.services."""
+"""Admission: the Django side of the scheduler (DESIGN.md "Scheduling").
+
+``scheduling_cycle()`` snapshots queued and holding jobs, quotas and pools, asks the pure scheduler
+(quotas.scheduler) what to admit, preempt or move, and applies its decisions to Job rows through
+jobs.transitions, one cycle at a time across processes. ``quota_preview`` runs the same cycle on proposed quotas
+without writing anything. A quota or priority change reaches it through quotas.signals.capacity_changed."""
 
 from __future__ import annotations
+
 import math
 import secrets
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
-from jobs import lifecycle, live
+
+from accounts.models import Department
+from clusters.cluster_settings import setup_timeout_seconds
+from jobs import lifecycle, live, tasks
 from jobs.models import Job
 from jobs.transitions import job_transition
-from clusters.cluster_settings import setup_timeout_seconds
-from accounts.models import Department
 from quotas.models import Quota
 from quotas.scheduler import (
-    Admission, Decisions, PendingJob, PoolState, Preemption, QuotaState, RunningJob, Slot, Snapshot, schedule,
+    Admission,
+    Decisions,
+    PendingJob,
+    PoolState,
+    Preemption,
+    QuotaState,
+    RunningJob,
+    Slot,
+    Snapshot,
+    schedule,
 )
 from quotas.scheduler.eta import expected_end
 from quotas.services import quotas_check
-from jobs import tasks
 
 
 def quota_preview(*, department: Department, quotas: list[dict]) -> Decisions:

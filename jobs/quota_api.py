@@ -1,7 +1,12 @@
-"""TODO docstring: moved from quotas.api."""
+"""REST endpoints that show quotas with live usage (API.md "Identity and tenancy", "Usage"): a department with
+its quotas and what it holds, setting quotas and the what-if preview, the usage report (JSON or CSV), and the
+clusters with their pools' allocation. Thin: parse, look up, call a service.
+
+They live in jobs/ because what a department holds is counted from its jobs (jobs.usage)."""
 
 import csv
 import io
+
 from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -12,12 +17,13 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
+
 from accounts import permissions
-from quotas import services
-from jobs import admission
 from accounts import selectors as account_selectors
 from clusters import selectors as cluster_selectors
+from jobs import admission
 from jobs import usage as job_usage
+from quotas import services
 
 
 class QuotaSerializer(serializers.Serializer):

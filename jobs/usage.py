@@ -1,16 +1,22 @@
-"""TODO docstring: moved from quotas.selectors."""
+"""Reads of GPU usage: what each department holds per pool right now (in use, borrowed, pending), the usage
+report over days, users and GPU types (GPU-hours, lost GPU-hours), and which unfinished jobs mount a storage volume.
+
+Usage is counted from Job rows, which is why it lives in jobs/ and not in quotas/."""
 
 from __future__ import annotations
+
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+
 from django.db.models import Prefetch, Q, Sum
 from django.utils.translation import gettext as _
+
+from accounts.models import Department
+from clusters.models import GpuPool
 from core.errors import InvalidInput
 from jobs import lifecycle
 from jobs.models import Job, JobEvent
-from accounts.models import Department
-from clusters.models import GpuPool
 from quotas.models import Quota
 from quotas.selectors import quotas_of
 
