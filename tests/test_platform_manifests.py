@@ -100,7 +100,7 @@ def names_the_code_reads() -> set[str]:
 def test_it_lists_every_setting_in_env_example():
     """platform/env.example lists every setting the portal reads: config/, the Procfile, the demo command."""
     listed = set(read_env_file(PLATFORM / "env.example"))
-    sources = [ROOT / "quotas" / "management" / "commands" / "demo.py"]
+    sources = [ROOT / "demo" / "management" / "commands" / "demo.py", ROOT / "demo" / "data.py"]
     others = set(re.findall(r"os\.environ\.get\(\s*\"(PORTAL_[A-Z0-9_]+)\"", "\n".join(p.read_text() for p in sources)))
     read = {name for name in names_the_code_reads() if not name.endswith("_FILE")} | others
     assert listed == read, f"missing: {read - listed}, not read: {listed - read}"
@@ -514,7 +514,7 @@ def test_it_builds_one_unprivileged_image_for_every_process():
     assert instruction("WORKDIR") == ["/app"]
     runs = " ".join(instruction("RUN"))
     assert "apt-get install -y --no-install-recommends git" in runs
-    assert "pip install --no-cache-dir -r requirements.txt" in runs
+    assert "pip install --no-cache-dir --require-hashes --no-deps -r requirements.lock" in runs
     assert "manage.py collectstatic --noinput" in runs
     (env,) = instruction("ENV")
     assert "PORTAL_DATA_ROOT=/app/var" in env and "PORTAL_BIND=0.0.0.0" in env and "PATH=/app/.venv/bin:$PATH" in env
@@ -523,10 +523,10 @@ def test_it_builds_one_unprivileged_image_for_every_process():
     assert "python -m venv .venv" in runs
     assert [json.loads(e) for e in instruction("ENTRYPOINT")] == [["sh", "/app/platform/docker-entrypoint.sh"]]
     assert [json.loads(c) for c in instruction("CMD")] == [["web"]]
-    # The requirements the image installs are all pinned.
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            assert re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[0-9][^ ]*", line.split("  #")[0].strip()), line
+    # The requirements the image installs are all pinned, each with its hashes.
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if line and not line.startswith((" ", "#")):
+            assert re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[0-9][^ ]* \\", line), line
 
 
 @pytest.fixture
@@ -584,7 +584,7 @@ def test_it_keeps_local_state_out_of_the_build_context_but_not_the_code():
     for path in (".venv/bin/python", "var/portal.sqlite3", ".git/HEAD", "var/secret_key",
                  "platform/kustomize/overlays/example/secret.example.env", "jobs/__pycache__/x.pyc"):
         assert ignored(path), path
-    for path in ("requirements.txt", "manage.py", "platform/Procfile", "platform/docker-entrypoint.sh",
+    for path in ("requirements.txt", "requirements.lock", "manage.py", "platform/Procfile", "platform/docker-entrypoint.sh",
                  "config/settings.py", "locale/zh_Hans/LC_MESSAGES/django.mo", "examples/digits/train.py",
                  "frontend/static/frontend/portal.css"):
         assert not ignored(path), path
