@@ -1,4 +1,4 @@
-"""Admission: the Django side of the scheduler (DESIGN.md "Scheduling").
+"""Admission: the Django side of the scheduler (docs/architecture.md "The scheduling cycle").
 
 ``scheduling_cycle()`` snapshots queued and holding jobs, quotas and pools, asks the pure scheduler
 (quotas.scheduler) what to admit, preempt or move, and applies its decisions to Job rows through

@@ -1,4 +1,4 @@
-"""The job state machine (DESIGN.md "Job lifecycle"). Pure: no Django, no I/O.
+"""The job state machine (docs/architecture.md "Job lifecycle"). Pure: no Django, no I/O.
 
 queued -> admitted -> starting -> running -> succeeded | failed | cancelled
 admitted | starting | running -> preempted -> queued   (automatic re-queue)

@@ -1,4 +1,4 @@
-"""Registered models, their versions and lineage, and deployments that serve them (DESIGN.md "Models and serving").
+"""Registered models, their versions and lineage, and aliases; deployments that serve them are in serving/.
 
 A model belongs to one department. Versions are numbered 1, 2, ... per model and keep their artifact in
 the portal's own store (``artifact_uri``), with the lineage back to the job, code and image that made it.
@@ -8,8 +8,8 @@ A deployment is a named endpoint with variants (a version each, a weight, or a s
 from django.conf import settings
 from django.db import models
 
-from jobs.models import Job
 from accounts.models import Department
+from jobs.models import Job
 
 
 class RegisteredModel(models.Model):

@@ -1,7 +1,9 @@
-"""Tenancy and capacity: departments, memberships, clusters, GPU pools, quotas,
-priority classes, the framework image catalogue, department storage and personal API tokens."""
+"""Quotas (per department and GPU pool: nominal, borrowing and lending limits) and priority classes.
+
+Departments live in accounts/, clusters, pools and storage in clusters/, the image catalogue in images/."""
 
 from django.db import models
+
 from accounts.models import Department
 from clusters.models import GpuPool
 

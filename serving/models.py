@@ -1,12 +1,13 @@
 """Deployments that serve registered model versions: variants with traffic weights, their model servers and
-per-variant statistics (DESIGN.md "Models and serving").
+per-variant statistics (docs/architecture.md "The serving path").
 
 The tables keep their names from models_registry/ (``Meta.db_table``)."""
 
 from django.conf import settings
 from django.db import models
-from clusters.models import Cluster
+
 from accounts.models import Department
+from clusters.models import Cluster
 from models_registry.models import ModelVersion, RegisteredModel
 
 

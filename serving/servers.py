@@ -1,4 +1,4 @@
-"""Model servers of deployments: one per variant, kept running (DESIGN.md "Models and serving").
+"""Model servers of deployments: one per variant, kept running (docs/architecture.md "The serving path").
 
 Owns the ModelServer rows: servers_reconcile starts missing servers, notices ready and crashed ones,
 restarts crashed ones with backoff and a restart count, and stops those of removed variants (and orphans
@@ -7,7 +7,7 @@ local server's port is still the one the portal started (a job could kill it and
 is not is marked failed (NOT_OURS) and started again, on a new port, like a crashed one. The servers themselves are the serving backend's, chosen
 by the deployment's cluster: local processes (serving/backends/local.py) or KServe
 InferenceServices (serving/backends/kubernetes.py), adapters like the executors. Rules about
-deployments, variants and rollouts are in serving/deployments.py.
+deployments, variants and rollouts are in serving/services.py (writes) and serving/selectors.py (reads).
 """
 
 from __future__ import annotations
@@ -21,16 +21,17 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from models_registry.artifacts import ArtifactError, artifact_path, store_root
-from serving.models import Deployment, ModelServer, Variant
-from models_registry.models import ModelVersion
 from clusters.errors import ExecutorError
 from clusters.k8s import ManifestError
+from clusters.models import Cluster
 from clusters.services import cluster_settings, kube_for
+from models_registry.artifacts import ArtifactError, artifact_path, store_root
+from models_registry.models import ModelVersion
 from serving.backends.kubernetes import KServeSpec, KubernetesServingBackend
 from serving.backends.local import LocalServingBackend, ServerProcess, ServerSpec, ServingBackend, ServingError
-from serving.backends.manifests import InferenceTarget, ServingSettings, service_name
-from clusters.models import Cluster
+from serving.backends.manifests import InferenceTarget, ServingSettings
+from serving.models import Deployment, ModelServer, Variant
+from serving.selectors import server_model_name
 
 logger = logging.getLogger(__name__)
 
@@ -266,15 +267,6 @@ def _process(server: ModelServer, variant: Variant) -> ServerProcess | None:
     return ServerProcess(url=server.url, model_name=server_model_name(variant), pid=server.pid, handle=server.handle)
 
 
-def server_model_name(variant: Variant) -> str:
-    """The name the model server serves it under: /v1/models/<name>:predict."""
-    cluster = variant.deployment.cluster
-    if cluster is not None and cluster.backend == Cluster.Backend.KUBERNETES:
-        # KServe serves a model under its InferenceService's name, one per variant.
-        return service_name(variant.deployment.name, variant.name, variant.pk)
-    return variant.version.model.name
-
-
 def _faults(version: ModelVersion) -> dict:
     if not getattr(settings, "PORTAL_SERVING_FAULT_INJECTION", False):
         return {}
@@ -284,10 +276,3 @@ def _faults(version: ModelVersion) -> dict:
 def _tail(backend: ServingBackend, variant: Variant) -> str:
     output = backend.output(variant.pk)
     return f"\n{output}" if output else ""
-
-
-def server_view(variant: Variant) -> dict:
-    server = getattr(variant, "server", None)
-    if server is None:
-        return {"status": "stopped", "restarts": 0, "message": "", "url": ""}
-    return {"status": server.status, "restarts": server.restarts, "message": server.message, "url": server.url}

@@ -1,6 +1,6 @@
 """Traffic between a deployment's variants: variant choice, sticky hashing, rollout steps, guardrails, latency
 histograms, A/B statistics and shadow agreement. Pure: no Django, no I/O; the clock (``now``, seconds since the
-epoch) and randomness (``rng``) are passed in (DESIGN.md "Layers", "Models and serving").
+epoch) and randomness (``rng``) are passed in (docs/architecture.md "The stack", "Models and serving").
 
 Weights are integer percents. Rates are fractions (0.05 = 5 %). Rollout plans and states are dataclasses with
 ``to_json()`` / ``from_json()`` so that they live in ``Deployment.rollout``. Stats arguments may be anything with
@@ -14,6 +14,7 @@ import math
 import re
 from bisect import bisect_left
 from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 MAX_VARIANTS = 10
@@ -43,7 +44,7 @@ def _fields(variant: Any) -> tuple[Any, Any, Any]:
     return variant.name, variant.weight, variant.shadow
 
 
-def validate_variants(variants) -> dict[str, list[str]]:
+def validate_variants(variants: Iterable[Any]) -> dict[str, list[str]]:
     """Messages per field (``variants``, ``name``, ``weight``) for a deployment's variants; empty when valid.
 
     Each variant is a ``VariantWeight``, a ``(name, weight, shadow)`` tuple, a dict as in the API or a row."""
@@ -84,7 +85,7 @@ def sticky_bucket(routing_key: str) -> int:
     return int.from_bytes(digest, "big") % STICKY_BUCKETS
 
 
-def choose(variants, *, routing_key: str | None = None, sticky: bool = True, rng) -> Choice:
+def choose(variants: Iterable[Any], *, routing_key: str | None = None, sticky: bool = True, rng: Any) -> Choice:
     """The variant that answers a request, and the shadows that get a copy.
 
     The buckets lie over the cumulative weights in variant-name order, so a key keeps its variant while the
@@ -100,12 +101,13 @@ def choose(variants, *, routing_key: str | None = None, sticky: bool = True, rng
         bucket = sticky_bucket(routing_key)
     else:
         bucket = min(int(rng.random() * STICKY_BUCKETS), STICKY_BUCKETS - 1)
-    cumulative = 0
+    variant, cumulative = answering[-1][0], 0
     for name, weight in answering:
         cumulative += weight
         if bucket * total < cumulative * STICKY_BUCKETS:
+            variant = name
             break
-    return Choice(variant=name, shadows=tuple(name for name, _, shadow in rows if shadow))
+    return Choice(variant=variant, shadows=tuple(name for name, _, shadow in rows if shadow))
 
 
 # --- Latency histograms -----------------------------------------------------------------------------------
@@ -124,7 +126,7 @@ def empty_histogram() -> list[int]:
     return [0] * HISTOGRAM_SIZE
 
 
-def _full(counts) -> list[int]:
+def _full(counts: Iterable[int] | None) -> list[int]:
     counts = list(counts or ())
     if len(counts) > HISTOGRAM_SIZE:
         raise ValueError(f"A latency histogram has {HISTOGRAM_SIZE} counts, not {len(counts)}.")
@@ -139,25 +141,25 @@ def observe(counts: list[int], ms: float) -> list[int]:
     return counts
 
 
-def merge(a, b) -> list[int]:
+def merge(a: Iterable[int] | None, b: Iterable[int] | None) -> list[int]:
     return [x + y for x, y in zip(_full(a), _full(b))]
 
 
-def subtract(later, earlier) -> list[int]:
+def subtract(later: Iterable[int] | None, earlier: Iterable[int] | None) -> list[int]:
     """What was observed between two snapshots of the same counters."""
     return [max(x - y, 0) for x, y in zip(_full(later), _full(earlier))]
 
 
-def percentile(counts, q: float) -> float | None:
+def percentile(counts: Iterable[int] | None, q: float) -> float | None:
     """The q-th percentile (0..100) in ms, interpolated linearly inside its bucket; None without observations.
     Beyond the last bound it answers the last bound (60 s): the histogram only knows "longer"."""
-    counts = _full(counts)
-    total = sum(counts)
+    full = _full(counts)
+    total = sum(full)
     if not total:
         return None
     target = min(max(q, 0.0), 100.0) / 100 * total
     seen = 0
-    for index, count in enumerate(counts):
+    for index, count in enumerate(full):
         if count and seen + count >= target:
             if index == len(LATENCY_BUCKETS_MS):
                 return LATENCY_BUCKETS_MS[-1]
@@ -168,7 +170,7 @@ def percentile(counts, q: float) -> float | None:
     return LATENCY_BUCKETS_MS[-1]  # pragma: no cover - the loop always reaches the last observation
 
 
-def latency_summary(counts) -> dict[str, float | None]:
+def latency_summary(counts: Iterable[int] | None) -> dict[str, float | None]:
     return {f"p{q}": percentile(counts, q) for q in (50, 95, 99)}
 
 
@@ -181,7 +183,7 @@ class Stats:
     latency_counts: list[int] = field(default_factory=list)
 
     @classmethod
-    def of(cls, stats) -> Stats:
+    def of(cls, stats: Any) -> Stats:
         if stats is None:  # a variant without counters yet
             return cls(latency_counts=empty_histogram())
         return cls(int(stats.requests), int(stats.errors), _full(stats.latency_counts))
@@ -226,18 +228,18 @@ class CanaryPlan:
     min_requests: int = 100  # canary requests per step before it is judged
     guardrails: Guardrails = Guardrails()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         steps = tuple(self.steps)
         object.__setattr__(self, "steps", steps)
         if not steps or steps[-1] != 100 or any(not 0 < s <= 100 for s in steps) or list(steps) != sorted(set(steps)):
             raise ValueError(f"Canary steps must be increasing percents ending at 100, not {list(steps)}.")
         _check_common(self.step_seconds, self.min_requests, self.guardrails)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"steps": list(self.steps)}
 
     @classmethod
-    def from_json(cls, data: dict) -> CanaryPlan:
+    def from_json(cls, data: dict[str, Any]) -> CanaryPlan:
         return cls(**(data | {"guardrails": Guardrails(**data.get("guardrails", {}))}))
 
 
@@ -249,7 +251,7 @@ class RollingPlan:
     progress_deadline_seconds: float = 600  # servers not all ready for this long: roll back
     guardrails: Guardrails = Guardrails()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not 0 < self.step_percent <= 100:
             raise ValueError(f"step_percent must be from 1 to 100, not {self.step_percent}.")
         _check_common(self.step_seconds, self.min_requests, self.guardrails)
@@ -258,11 +260,11 @@ class RollingPlan:
     def steps(self) -> tuple[int, ...]:
         return tuple(range(self.step_percent, 100, self.step_percent)) + (100,)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> RollingPlan:
+    def from_json(cls, data: dict[str, Any]) -> RollingPlan:
         return cls(**(data | {"guardrails": Guardrails(**data.get("guardrails", {}))}))
 
 
@@ -283,11 +285,11 @@ class RolloutState:
     reason: str = ""
     unready_since: float | None = None  # rolling: since when the new variant has had servers not ready
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> RolloutState:
+    def from_json(cls, data: dict[str, Any]) -> RolloutState:
         return cls(**(data | {"baseline_mark": Stats(**data["baseline_mark"]), "new_mark": Stats(**data["new_mark"])}))
 
 
@@ -299,22 +301,25 @@ class RolloutAction:
     reason: str
 
 
-def _start(steps, step: int, baseline_stats, new_stats, now: float) -> RolloutState:
+def _start(steps: Sequence[int], step: int, baseline_stats: Any, new_stats: Any, now: float) -> RolloutState:
     return RolloutState(step=step, weight=steps[step] if step >= 0 else 0, step_started_at=now,
                         baseline_mark=Stats.of(baseline_stats), new_mark=Stats.of(new_stats))
 
 
-def canary_start(plan: CanaryPlan, *, baseline_stats, canary_stats, now: float) -> RolloutState:
+def canary_start(plan: CanaryPlan, *, baseline_stats: Any, canary_stats: Any, now: float) -> RolloutState:
     """The canary begins at the first step's weight."""
     return _start(plan.steps, 0, baseline_stats, canary_stats, now)
 
 
-def rolling_start(plan: RollingPlan, *, old_stats, new_stats, now: float) -> RolloutState:
+def rolling_start(plan: RollingPlan, *, old_stats: Any, new_stats: Any, now: float) -> RolloutState:
     """The new variant begins at weight 0 and gets its first share once its servers are ready."""
     return _start(plan.steps, -1, old_stats, new_stats, now)
 
 
-def _step_next(plan, steps, state: RolloutState, baseline_stats, new_stats, now: float, label: str) -> RolloutAction:
+def _step_next(
+    plan: CanaryPlan | RollingPlan, steps: Sequence[int], state: RolloutState, baseline_stats: Any, new_stats: Any,
+    now: float, label: str,
+) -> RolloutAction:
     if state.status != RUNNING:
         return RolloutAction(HOLD, state.weight, state, f"the rollout is {state.status.replace('_', ' ')}")
     baseline = Stats.of(baseline_stats).since(state.baseline_mark)
@@ -333,7 +338,9 @@ def _step_next(plan, steps, state: RolloutState, baseline_stats, new_stats, now:
     return _advance(steps, state, baseline_stats, new_stats, now, label)
 
 
-def _advance(steps, state: RolloutState, baseline_stats, new_stats, now: float, label: str) -> RolloutAction:
+def _advance(
+    steps: Sequence[int], state: RolloutState, baseline_stats: Any, new_stats: Any, now: float, label: str
+) -> RolloutAction:
     following = _start(steps, state.step + 1, baseline_stats, new_stats, now)
     if following.weight == 100:
         reason = f"{label} healthy at every step: it takes all traffic"
@@ -342,7 +349,9 @@ def _advance(steps, state: RolloutState, baseline_stats, new_stats, now: float, 
     return RolloutAction(ADVANCE, following.weight, replace(following, reason=reason), reason)
 
 
-def canary_next(plan: CanaryPlan, state: RolloutState, baseline_stats, canary_stats, now: float) -> RolloutAction:
+def canary_next(
+    plan: CanaryPlan, state: RolloutState, baseline_stats: Any, canary_stats: Any, now: float
+) -> RolloutAction:
     """Hold, advance to the next weight, complete (100 %), or roll back when a guardrail is breached.
 
     A step is judged once the canary has ``min_requests`` requests in it; it rolls back as soon as a guardrail
@@ -350,7 +359,7 @@ def canary_next(plan: CanaryPlan, state: RolloutState, baseline_stats, canary_st
     return _step_next(plan, plan.steps, state, baseline_stats, canary_stats, now, "canary")
 
 
-def rolling_next(plan: RollingPlan, state: RolloutState, old_stats, new_stats, *, ready_servers: int,
+def rolling_next(plan: RollingPlan, state: RolloutState, old_stats: Any, new_stats: Any, *, ready_servers: int,
                  replicas: int, now: float) -> RolloutAction:
     """Move traffic from the old variant to the new one a step at a time, each step gated on the new variant's
     servers being ready (all ``replicas``) and its error rate and latency staying within the guardrails."""
@@ -447,7 +456,7 @@ def _always_valid_half_width(variance: float, tau: float, alpha: float) -> float
 
 # --- Shadow agreement -------------------------------------------------------------------------------------
 
-def agree(primary_prediction, shadow_prediction, *, tolerance: float = 1e-6) -> bool:
+def agree(primary_prediction: Any, shadow_prediction: Any, *, tolerance: float = 1e-6) -> bool:
     """Whether a shadow's answer matches the primary's: numbers within ``tolerance`` (absolute or relative),
     strings and booleans equal, lists and dicts element by element."""
     p, s = primary_prediction, shadow_prediction

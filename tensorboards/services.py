@@ -1,4 +1,4 @@
-"""TensorBoards on demand (DESIGN.md "Monitoring"): one per job, or one comparing several jobs' runs.
+"""TensorBoards on demand (docs/architecture.md "TensorBoard"): one per job, or one comparing several jobs' runs.
 
 Owns the TensorBoard rows (tensorboards.models.TensorBoard) and their rules: who may open a board (every job
 of it must be visible to the user), starting one (idempotent: the board of the same job set is
@@ -27,17 +27,17 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from clusters.errors import ExecutorError
+from clusters.models import Cluster
+from clusters.services import cluster_settings, kube_for
 from core.errors import Conflict, InvalidInput
 from jobs import selectors
-from clusters.errors import ExecutorError
 from jobs.executors.local_jobdir import JobDir
+from jobs.models import Job
+from jobs.services import executor_for
 from tensorboards.backends import BoardBackend, BoardError, BoardProcess, BoardSpec, LocalBoardBackend
 from tensorboards.backends_k8s import DEFAULT_IMAGE, KubeBoardSpec, KubernetesBoardBackend, job_run
-from jobs.models import Job
 from tensorboards.models import TensorBoard
-from clusters.services import cluster_settings, kube_for
-from jobs.services import executor_for
-from clusters.models import Cluster
 
 MAX_COMPARE = 10
 # A visit is written down at most this often: TensorBoard's UI sends many requests a minute.

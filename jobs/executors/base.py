@@ -1,4 +1,4 @@
-"""The executor interface (DESIGN.md "Executors"): what the portal asks of a place that runs jobs.
+"""The executor interface (docs/architecture.md "Executors"): what the portal asks of a place that runs jobs.
 
 Plain data in, plain data out; no Django. The local executor runs jobs as
 process groups on this host, the Kubernetes executor as Kubeflow jobs.

@@ -1,6 +1,6 @@
 """Jobs on a Kubernetes cluster: the ``Kube`` API wrapper, the executor and a job informer.
 
-The only module that imports the ``kubernetes`` client (DESIGN.md). Other backends (KServe serving,
+The only module that imports the ``kubernetes`` client (docs/architecture.md). Other backends (KServe serving,
 TensorBoard, image builds) go through ``Kube``, which is generic over kinds: it maps (apiVersion, kind)
 to the resource path and talks JSON dicts through ``ApiClient.call_api``, with retries and exponential
 backoff on 5xx, 429, timeouts and connection errors. Nothing else is retried: a 4xx is the caller's
@@ -21,13 +21,31 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
-
-from jobs.executors.base import FAILED, FINAL_PHASES, LOST, RUNNING, STARTING, SUCCEEDED, JobSpec, ObservedState, Placement
 from clusters.errors import ExecutorError
-from clusters.manifest_validation import ManifestInvalid, check_manifests
-from clusters.k8s import JOB_ID_LABEL, MANAGED_BY, ClusterSettings, ManifestError, department_manifests, job_volume_manifest, namespace_manifest, network_policy_manifest
-from jobs.executors.manifests import REPLICA_INDEX_LABEL, job_manifests
+from clusters.k8s import (
+    JOB_ID_LABEL,
+    MANAGED_BY,
+    ClusterSettings,
+    ManifestError,
+    department_manifests,
+    job_volume_manifest,
+    namespace_manifest,
+    network_policy_manifest,
+)
 from clusters.kube import Gone, Kube, KubeError
+from clusters.manifest_validation import ManifestInvalid, check_manifests
+from jobs.executors.base import (
+    FAILED,
+    FINAL_PHASES,
+    LOST,
+    RUNNING,
+    STARTING,
+    SUCCEEDED,
+    JobSpec,
+    ObservedState,
+    Placement,
+)
+from jobs.executors.manifests import REPLICA_INDEX_LABEL, job_manifests
 
 log = logging.getLogger(__name__)
 

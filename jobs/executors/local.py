@@ -1,4 +1,4 @@
-"""The local executor: jobs as process groups on this host (DESIGN.md "Executors").
+"""The local executor: jobs as process groups on this host (docs/architecture.md "Executors").
 
 Owns the executor side of a local job: checking that a job can run here, writing its launch file,
 starting its supervisor (local_runner, detached, so it outlives the caller), reading its state and
@@ -26,32 +26,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from clusters import sandbox
-from jobs.executors.base import FINAL_PHASES, STARTING, JobSpec, ObservedState, Placement
 from clusters.errors import ExecutorError
+from core.code_url import code_url_problem, is_local_code, local_path
+from jobs.executors.base import FINAL_PHASES, STARTING, JobSpec, ObservedState, Placement
+from jobs.executors.local_endings import conclude_unsupervised
 from jobs.executors.local_jobdir import JobDir, checkpoint_at, read_json, write_json
-from jobs.executors.local_runner import conclude_unsupervised
 
 # The runner runs as `python -m jobs.executors.local_runner` from the checkout that holds this file.
 _SOURCE_ROOT = Path(__file__).resolve().parents[2]
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_REMOTE_SCHEMES = {"https", "http", "ssh", "git"}
 # Where a mount cannot go in a sandbox: the system and the job's own folders.
 RESERVED_PATHS = ("/portal", "/usr", "/etc", "/proc", "/dev", "/sys", "/bin", "/sbin", "/lib", "/lib64", "/tmp")
 _STATE_FIELDS = [f.name for f in dataclasses.fields(ObservedState)]
-
-
-def is_local_code(url: str) -> bool:
-    """Does git read this code_url from this host's disk (file:// or a path)?"""
-    if "://" in url:
-        return url.split("://", 1)[0].lower() == "file"
-    # git's scp-like syntax, [user@]host:path, is remote when no slash comes before the colon.
-    colon, slash = url.find(":"), url.find("/")
-    return not (colon > 0 and (slash < 0 or colon < slash))
-
-
-def local_path(url: str) -> str:
-    """The folder a local code_url names (file:// or a plain path)."""
-    return url[len("file://"):] if url.lower().startswith("file://") else url
 
 
 def _inside(path: str, folders: tuple[str, ...]) -> bool:
@@ -200,13 +186,8 @@ class LocalExecutor:
         if not _JOB_ID.fullmatch(job.job_id):
             problems.append(f"job id {job.job_id!r} cannot name a directory")
         url = job.code_url
-        scheme = url.split("://", 1)[0].lower() if "://" in url else None
-        if scheme is not None and scheme not in _REMOTE_SCHEMES | {"file"}:
-            problems.append(f"code_url scheme {scheme!r} is not supported (https, ssh, git)")
-        elif "::" in url or url.startswith("-"):
-            problems.append(f"code_url {url!r} is not a repository address")
-        elif is_local_code(url) and not self.allow_local_code:
-            problems.append(f"code_url {url!r} is on the portal's own disk, which this cluster does not allow")
+        if problem := code_url_problem(url, allow_local=self.allow_local_code):
+            problems.append(f"code_url {url!r}: {problem}")
         elif is_local_code(url):
             folder = local_path(url)
             real = os.path.realpath(folder)

@@ -2,8 +2,11 @@
 
 Owns everything that happens to a job after LocalExecutor.launch(): fetching the code with git, getting its
 virtualenv, starting its workers, and ending the job (success, a failed worker, cancel, deadline, setup
-timeout), with every phase recorded in state.json. The layout of a job directory (JobDir) is in
-local_jobdir.py, what a sandbox sees in sandbox.py, the process bookkeeping in local_procs.py.
+timeout), with every phase recorded in state.json. This module is the supervisor loop (start the workers,
+watch them, end the job); the setup steps before it (fetch, requirements, environment) are local_setup.py's,
+how a job ends (judging exits, killing the sandbox, recording the ending) local_endings.py's. The layout of a
+job directory (JobDir) is in local_jobdir.py, what a sandbox sees in sandbox.py, the process bookkeeping in
+local_procs.py.
 
 With ``isolation: sandbox`` (the default) every step that runs a stranger's code or touches the network runs
 in a bubblewrap sandbox under the department's uid: the clone and checkout (a setup sandbox that sees only
@@ -27,7 +30,6 @@ import dataclasses
 import json
 import os
 import re
-import selectors
 import shutil
 import signal
 import subprocess
@@ -37,15 +39,31 @@ import traceback
 from pathlib import Path
 
 from clusters import sandbox
+from clusters.local_procs import TICK, become_subreaper, kill_groups, reap, start_time
 from jobs.executors import venvs
 from jobs.executors.base import (
-    CANCELLED, FAILED, FINAL_PHASES, LOST, RUNNING, SUCCEEDED, JobSpec, WorkerPlacement,
+    CANCELLED,
+    FAILED,
+    RUNNING,
+    JobSpec,
+    WorkerPlacement,
+)
+from jobs.executors.local_endings import (
+    Ended,
+    Worker,
+    is_pod_alive,
+    judge,
+    kill_pod,
+    record_ending,
 )
 from jobs.executors.local_jobdir import (
-    TAIL_LINES, JobDir, placement_from_dict, read_json, read_small, spec_from_dict, write_json,
+    JobDir,
+    placement_from_dict,
+    read_json,
+    spec_from_dict,
+    write_json,
 )
-from clusters.local_procs import TICK, alive, become_subreaper, kill_groups, live_groups, ours, reap, start_time
-from core.requirements import requirement_problems
+from jobs.executors.local_setup import CODE_AT, SANDBOX_PATH, SetupSteps, inherited_env
 
 LAUNCHER = Path(__file__).with_name("sandbox_init.py")
 
@@ -55,162 +73,10 @@ RESERVED = (
     "PORTAL_CHECKPOINT_DIR", "PORTAL_RUN_INDEX", "PORTAL_RESUMED", "VIRTUAL_ENV", "PYTHONUNBUFFERED",
 )
 
-# What jobs inherit from the host: the portal's own settings (database URL, secrets) stay out.
-_INHERITED = {
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_HOME",
-    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
-    "http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
-}
-_INHERITED_PREFIXES = ("LC_",)
-_SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
-_MAX_REQUIREMENTS_FILE = 256 * 1024
-
 # Where a sandboxed job finds its folders.
-CODE_AT, OUTPUT_AT, TENSORBOARD_AT, CHECKPOINT_AT = "/portal/code", "/portal/output", "/portal/tensorboard", "/portal/checkpoint"
+OUTPUT_AT, TENSORBOARD_AT, CHECKPOINT_AT = "/portal/output", "/portal/tensorboard", "/portal/checkpoint"  # CODE_AT: local_setup.py
 EXIT_AT, WORKERS_AT, LAUNCHER_AT = "/portal/exit", "/portal/workers.json", "/portal/init.py"
-SOURCE_AT = "/portal/source"  # a repository on this host's disk (clusters that allow local code)
 SANDBOX_MASTER_PORT = 29500
-LAUNCHER_SWEEP_SECONDS = 5
-# Clone "$1" into "$2", check out "$3" if given, write the commit to "$4". `--` makes a ref that is also a file
-# name mean the ref; git still turns a remote branch name into a local branch.
-FETCH = ('git clone --quiet -- "$1" "$2" && cd "$2" && { [ -z "$3" ] || git checkout --quiet "$3" --; } '
-         '&& git rev-parse --verify HEAD > "$4"')  # the sandbox has a network namespace of its own: any port is free
-
-
-def inherited_env(*, sandboxed: bool = False) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in _INHERITED or k.startswith(_INHERITED_PREFIXES)}
-    if sandboxed:
-        # Paths of the host mean nothing inside, and the job's HOME is its own /tmp.
-        env = {k: v for k, v in env.items() if k not in {"PATH", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "USER", "LOGNAME"}}
-        env.update(PATH=_SANDBOX_PATH, HOME="/tmp", TMPDIR="/tmp", USER="job", LOGNAME="job")
-    return env
-
-
-# -------------------------------------------------------------------------------------------- endings
-
-
-@dataclasses.dataclass(eq=False)
-class Ended(Exception):
-    phase: str
-    reason: str
-    message: str = ""
-    exit_code: int | None = None
-
-
-@dataclasses.dataclass(eq=False)
-class Worker:
-    rank: int
-    code: int | None = None  # exit code once known (128 + N when killed by signal N)
-    gone: bool = False  # ended without an exit code (killed with its sandbox)
-
-    @property
-    def done(self) -> bool:
-        return self.code is not None or self.gone
-
-
-def worker_failure(job: JobDir, worker: Worker) -> Ended:
-    if worker.gone:
-        what, exit_code = "ended without an exit code (it was killed)", None
-    elif worker.code > 128:
-        what, exit_code = f"was killed by signal {worker.code - 128}", worker.code
-    else:
-        what, exit_code = f"exited with code {worker.code}", worker.code
-    tail = job.tail(worker.rank)
-    message = f"worker {worker.rank} {what}" + (f"; last lines of its log:\n{tail}" if tail else "")
-    return Ended(FAILED, "worker_failed", message, exit_code)
-
-
-def judge(job: JobDir, workers: list[Worker], *, deadline_passed: bool = False) -> Ended | None:
-    """How the job ends given its workers, or None while it goes on."""
-    if job.cancel_file.exists():
-        return Ended(CANCELLED, "cancelled", "cancelled on request")
-    failed = [w for w in workers if w.done and w.code != 0]
-    if failed:
-        return worker_failure(job, min(failed, key=lambda w: w.rank))
-    if all(w.done for w in workers):
-        return Ended(SUCCEEDED, "", "", 0)
-    if deadline_passed:
-        return Ended(FAILED, "deadline_exceeded", "the job ran longer than its max_runtime_seconds and was stopped")
-    return None
-
-
-def record_ending(job: JobDir, ended: Ended) -> dict:
-    return job.write_state(
-        phase=ended.phase, reason=ended.reason, message=ended.message, exit_code=ended.exit_code,
-        finished_at=time.time(),
-    )
-
-
-def _pod_alive(pod: dict | None) -> bool:
-    return bool(pod) and alive(pod["pid"], pod["starttime"])
-
-
-def kill_pod(job: JobDir, pod: dict | None, *, grace: float, children=None) -> None:
-    """End the job's workers: SIGTERM (the launcher passes it on), ``grace`` seconds, then the whole sandbox."""
-    if not _pod_alive(pod):
-        _kill_leftover_groups(job)
-        return
-    if grace > 0:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pod["pid"], signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while _pod_alive(pod) and time.monotonic() < deadline:
-            reap(children)
-            time.sleep(TICK)
-    # SIGKILL of a PID namespace's init ends every process in it; without a sandbox the workers' groups too.
-    _kill_leftover_groups(job)
-    if (read_json(job.launch_file) or {}).get("isolation") == "none":
-        # Unsandboxed, the launcher is the subreaper of what the workers left and kills it generation by
-        # generation once they are done: let it finish before it goes (killing it first would orphan the rest).
-        until = time.monotonic() + LAUNCHER_SWEEP_SECONDS
-        while _pod_alive(pod) and time.monotonic() < until:
-            reap(children)
-            time.sleep(TICK)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pod["pid"], signal.SIGKILL)
-    until = time.monotonic() + 10
-    while _pod_alive(pod) and time.monotonic() < until:
-        reap(children)
-        time.sleep(TICK)
-
-
-def _kill_leftover_groups(job: JobDir) -> None:
-    launch = read_json(job.launch_file) or {}
-    if launch.get("isolation") == "none":
-        started = (job.groups().get("pod") or {}).get("started_at", 0)
-        live = live_groups()
-        groups = [{"pgid": pgid, "starttime": start_time(pgid)} for pgid in job.launcher_groups().values()]
-        # A group whose leader started before the job cannot be one of its workers (a reused pgid).
-        kill_groups([g for g in groups if ours(g, live) and (g["starttime"] or 0) >= started], grace=0)
-
-
-def conclude_unsupervised(job: JobDir) -> dict | None:
-    """For a job whose runner is dead (the caller holds runner.lock): end it, or None to adopt it.
-
-    Adoptable: running, with its sandbox alive. Otherwise whatever is left is killed and the job ends from its
-    exit files if every worker wrote one, as cancelled if that was asked, else as lost.
-    """
-    state = job.state()
-    if state is None or state.get("phase") in FINAL_PHASES:
-        return state
-    recorded = job.groups()
-    pod = recorded.get("pod")
-    if state.get("phase") == RUNNING and _pod_alive(pod):
-        return None
-    kill_groups(list(filter(None, [recorded.get("setup")])), grace=0)
-    kill_pod(job, pod, grace=0)
-    spec = spec_from_dict((read_json(job.launch_file) or {})["job"])
-    workers = [Worker(rank, code=job.exit_code(rank)) for rank in range(spec.workers)]
-    ended = None
-    if job.cancel_file.exists():
-        ended = Ended(CANCELLED, "cancelled", "cancelled on request")
-    elif state.get("phase") == RUNNING and workers and all(w.code is not None for w in workers):
-        ended = judge(job, workers)
-    if ended is None:
-        ended = Ended(LOST, "lost", "the job's supervisor died and its workers are gone; the job's outcome is unknown")
-    return record_ending(job, ended)
-
-
 # --------------------------------------------------------------------------------------------- runner
 
 
@@ -243,7 +109,7 @@ def worker_env(
     spec: JobSpec, placement: WorkerPlacement, *, local_rank: int, view: View, launch: dict, sandboxed: bool,
     visible_gpus: str | None = None,
 ) -> dict[str, str]:
-    """The job environment contract (DESIGN.md), as one worker sees it."""
+    """The job environment contract (docs/architecture.md), as one worker sees it."""
     env = inherited_env(sandboxed=sandboxed)
     env.update({k: v for k, v in spec.env.items() if k not in RESERVED})
     path = env.get("PATH") or os.defpath
@@ -278,7 +144,7 @@ def worker_env(
     return env
 
 
-class Runner:
+class Runner(SetupSteps):
     def __init__(self, job: JobDir):
         self.job = job
         self.launch = read_json(job.launch_file)
@@ -370,131 +236,6 @@ class Runner:
         self.check_cancel()
         self.check_setup_time()
 
-    def system_binds(self) -> list[sandbox.Bind]:
-        prefix = str(Path(os.path.realpath(self.python)).parent.parent)
-        return [sandbox.Bind(prefix, prefix), *(sandbox.Bind(p, p) for p in self.launch.get("extra_ro_paths", []))]
-
-    def setup_box(self, argv, *, cwd: str, binds: list[sandbox.Bind], env: dict, network: bool, uid=None) -> sandbox.Sandbox:
-        uid = self.uid if uid is None else uid
-        return sandbox.Sandbox(
-            argv=argv, cwd=cwd, env=env, binds=(*self.system_binds(), sandbox.Bind(str(self.job.tmp), "/tmp", True), *binds),
-            uid=uid, gid=self.gid, network=network, die_with_parent=True,
-            # The repository it clones is owned by someone else (git's "dubious ownership"); in the sandbox only it
-            # and the code folder are there to be trusted or not. A system file, since git drops -c settings and
-            # GIT_CONFIG_* before it runs upload-pack for a local clone.
-            files=(*self.sandbox_files(), ("/etc/gitconfig", "[safe]\n\tdirectory = *\n")),
-        )
-
-    def sandbox_files(self) -> tuple[tuple[str, str], ...]:
-        files = (("/etc/resolv.conf", f"nameserver {sandbox.DNS}\n"),)
-        if self.uid is not None:
-            files += sandbox.passwd_files(self.uid, self.gid, "/tmp")
-        return files
-
-    def setup_step(self, argv: list[str], *, cwd: str, binds=(), env=None, network=False) -> tuple[int, str]:
-        """Run a setup command with its output streamed into the logs; a cancel or the setup deadline stops it."""
-        env = {**inherited_env(sandboxed=self.sandboxed), **(env or {})}
-        if self.sandboxed:
-            box = self.setup_box(argv, cwd=cwd, binds=list(binds), env=env, network=network)
-            try:
-                started = sandbox.start(box, files_dir=self.job.files, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            except sandbox.SandboxError as exc:
-                raise Ended(FAILED, "sandbox_failed", f"the job's sandbox could not be set up: {exc}") from None
-            proc = started.proc
-        else:
-            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        output = b""
-        with proc, selectors.DefaultSelector() as selector:
-            self.setup_group = {"pgid": proc.pid, "starttime": start_time(proc.pid)}
-            write_json(self.job.groups_file, {"setup": self.setup_group, "pod": None})
-            selector.register(proc.stdout, selectors.EVENT_READ)
-            exited = False
-            while True:
-                # Once the command has exited, only read what is already there: something it started may
-                # still hold the pipe open.
-                if selector.select(timeout=0 if exited else TICK):
-                    chunk = os.read(proc.stdout.fileno(), 65536)
-                    if not chunk:
-                        break
-                    self.tee(chunk)
-                    output = (output + chunk)[-64 * 1024:]
-                elif exited:
-                    break
-                exited = exited or proc.poll() is not None
-                if self.job.cancel_file.exists() or time.time() > self.setup_deadline:
-                    kill_groups([self.setup_group], grace=0)
-                    self.checkpoint()
-            code = proc.wait()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # anything it left behind
-        self.setup_group = None
-        text = output.decode("utf-8", "replace").strip()
-        return code, "\n".join(text.splitlines()[-TAIL_LINES:])
-
-    def fetch_code(self) -> str:
-        ref = self.spec.commit or self.spec.code_ref  # a re-run (after preemption) keeps the commit it ran
-        url = self.spec.code_url
-        self.say(f"fetching {url}" + (f" at {ref}" if ref else ""))
-        local = self.launch.get("local_source")
-        binds = [sandbox.Bind(str(self.job.code), CODE_AT, writable=True)]
-        if self.sandboxed and local:
-            if not os.path.isdir(local):
-                raise Ended(FAILED, "clone_failed", f"fatal: repository '{url}' does not exist")
-            # The sandbox sees the repository (and nothing else of this disk) at a path of its own.
-            binds.append(sandbox.Bind(local, SOURCE_AT))
-            url = SOURCE_AT
-        code_at = CODE_AT if self.sandboxed else str(self.job.code)
-        commit_file = self.job.tmp / ".portal-commit"
-        # Trusted mode keeps the portal's git settings and SSH agent for private repositories; a sandboxed clone
-        # gets neither (the agent's socket would hand the portal's keys to whatever runs next to git).
-        env = {} if self.sandboxed else {k: v for k, v in os.environ.items() if k.startswith(("GIT_", "SSH_AUTH_SOCK"))}
-        env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
-                    "GIT_ALLOW_PROTOCOL": "https:http:ssh:git" + (":file" if self.launch["allow_local_code"] else "")})
-        # One setup step for clone, checkout and the commit: each sandbox costs a start.
-        code, output = self.setup_step(
-            ["bash", "-c", FETCH, "portal-fetch", url, code_at, ref or "",
-             "/tmp/.portal-commit" if self.sandboxed else str(commit_file)],
-            cwd=code_at, binds=binds, env=env, network=local is None,
-        )
-        output = output.replace(SOURCE_AT, self.spec.code_url)
-        commit = (read_small(commit_file) or "").strip()
-        commit_file.unlink(missing_ok=True)
-        if code != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", commit):  # e.g. a repository without commits
-            raise Ended(FAILED, "clone_failed", output or f"git failed with exit code {code}")
-        self.say(f"code at commit {commit}")
-        return commit
-
-    def repository_requirements(self) -> list[str]:
-        path = self.job.code / "requirements.txt"
-        if not os.path.lexists(path):
-            return []
-        text = read_small(path, _MAX_REQUIREMENTS_FILE + 1)
-        if text is None:
-            raise Ended(FAILED, "install_failed", "the repository's requirements.txt must be a regular file "
-                                                  "(not a symbolic link or anything else)")
-        if len(text.encode()) > _MAX_REQUIREMENTS_FILE:
-            raise Ended(FAILED, "install_failed", "the repository's requirements.txt is larger than 256 KiB")
-        lines = venvs.requirement_lines(text)
-        problems = requirement_problems(lines, allow_local_files=self.launch["allow_local_code"],
-                                        allowed_indexes=self.launch.get("allowed_indexes", ()), where="requirements.txt ")
-        if problems:
-            raise Ended(FAILED, "install_failed", "the repository's requirements.txt cannot be installed:\n" + "\n".join(problems))
-        return lines
-
-    def environment(self) -> Path:
-        lines = [*self.repository_requirements(), *self.spec.requirements, *self.spec.base_packages]
-        department = re.sub(r"[^a-z0-9-]", "-", self.spec.department.lower()) or "default"
-        envs = venvs.Envs(
-            Path(self.launch["envs"]) / ("sandbox" if self.sandboxed else "host") / department,
-            python=self.python, builder=_Builder(self), say=self.say, checkpoint=self.checkpoint,
-            owner=(self.uid, self.gid) if self.uid is not None else None,
-        )
-        try:
-            return envs.ensure(lines)
-        except venvs.BuildFailed as exc:
-            raise Ended(FAILED, "install_failed", exc.message) from None
-
     # -- workers
 
     def view(self, env_dir: Path) -> View:
@@ -556,7 +297,7 @@ class Runner:
         ]
         groups = tuple(sorted({os.stat(node).st_gid for node in devices if os.stat(node).st_gid != 0}))
         box = sandbox.Sandbox(
-            argv=[*launcher, LAUNCHER_AT, WORKERS_AT], cwd=CODE_AT, env={"PATH": _SANDBOX_PATH}, binds=tuple(binds),
+            argv=[*launcher, LAUNCHER_AT, WORKERS_AT], cwd=CODE_AT, env={"PATH": SANDBOX_PATH}, binds=tuple(binds),
             uid=self.uid, gid=self.gid, groups=groups, network=True,
             gpus=tuple(sorted({g for w in self.placement.workers for g in w.gpus})), files=self.sandbox_files(),
             as_pid_1=True,
@@ -590,7 +331,7 @@ class Runner:
         if self.proc is not None:
             self.proc.poll()
         reap()
-        pod_alive = _pod_alive(self.pod)
+        pod_alive = is_pod_alive(self.pod)
         for worker in self.workers:
             if worker.done:
                 continue
@@ -600,22 +341,6 @@ class Runner:
             if worker.code is None and not pod_alive:
                 worker.code = self.job.exit_code(worker.rank)
                 worker.gone = worker.code is None
-
-
-class _Builder:
-    """Environment builds for venvs.Envs: a build sandbox of their own (or plain processes in trusted mode)."""
-
-    def __init__(self, runner: Runner):
-        self.runner = runner
-        self.sandboxed = runner.sandboxed
-
-    def run(self, argv: list[str], *, binds: list[sandbox.Bind], env: dict[str, str]) -> tuple[int, str]:
-        runner = self.runner
-        # The build runs package build code: none of the portal's git or SSH settings, nothing of the job's folders.
-        clean = {k: v for k, v in env.items()}
-        if not runner.sandboxed:
-            return runner.setup_step(argv, cwd=str(runner.job.path), env=clean)
-        return runner.setup_step(argv, cwd="/tmp", binds=binds, env=clean, network=True)
 
 
 # ----------------------------------------------------------------------------------------------- main

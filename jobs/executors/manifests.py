@@ -13,7 +13,7 @@ installs the requirements with the job's own image into a shared emptyDir that t
 puts on PYTHONPATH. The code URL, ref and requirements travel only as environment values and argv
 items of constant scripts, never inside a shell string.
 
-The job environment contract (DESIGN.md) on Kubernetes:
+The job environment contract (docs/architecture.md) on Kubernetes:
 - set here: PORTAL_JOB_ID, PORTAL_JOB_NAME, LOCAL_RANK (one process per pod: 0), CUDA_VISIBLE_DEVICES
   (0..n-1: the device plugin shows a container only its own GPUs; "" without GPUs),
   PORTAL_GPU_FRACTION (shared GPUs), PORTAL_DATA_<NAME> (each mount's path), PYTHONPATH for the
@@ -38,10 +38,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from clusters import pod_security
-from jobs.executors.base import JobSpec, Placement
 from clusters.k8s import DEPARTMENT_LABEL, JOB_ID_LABEL, MANAGED_BY, ClusterSettings, ManifestError
+from core.code_url import GIT_ALLOW_PROTOCOL
+from jobs.executors.base import JobSpec, Placement
 
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"  # put on every pod by both operators
 PYTORCH_PORT, TF_PORT, LOCAL_PORT = 23456, 2222, 29500
@@ -141,7 +143,7 @@ def labels(job: JobSpec) -> dict[str, str]:
 def job_manifests(
     job: JobSpec, placement: Placement, cluster: ClusterSettings, *, gpu_type: str | None = None,
     priority: str | None = None, tensorboard: bool | None = None, commit: str | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The manifests that run ``job``: one PyTorchJob / TFJob / MPIJob / batch Job.
 
     ``gpu_type``, ``priority``, ``tensorboard`` and ``commit`` default to the spec's own values.
@@ -170,14 +172,14 @@ def job_manifests(
     if cluster.ttl_seconds_after_finished is not None:
         run_policy["ttlSecondsAfterFinished"] = cluster.ttl_seconds_after_finished
 
-    def replica(count: int, template: dict) -> dict:
+    def replica(count: int, template: dict[str, Any]) -> dict[str, Any]:
         return {"replicas": count, "restartPolicy": cluster.restart_policy, "template": template}
 
     if kind == "PyTorchJob":
         specs = {"Master": replica(1, pod.template("pytorch", kind))}
         if job.workers > 1:
             specs["Worker"] = replica(job.workers - 1, pod.template("pytorch", kind))
-        spec = {"nprocPerNode": "1", "pytorchReplicaSpecs": specs, "runPolicy": run_policy}
+        spec: dict[str, Any] = {"nprocPerNode": "1", "pytorchReplicaSpecs": specs, "runPolicy": run_policy}
         return [{"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": metadata, "spec": spec}]
     if kind == "TFJob":
         spec = {"tfReplicaSpecs": {"Worker": replica(job.workers, pod.template("tensorflow", kind))}, "runPolicy": run_policy}
@@ -212,7 +214,7 @@ class _PodBuilder:
     name: str
     tensorboard: bool
 
-    def template(self, container: str, kind: str, *, gpus: bool = True, command: list[str] | None = None) -> dict:
+    def template(self, container: str, kind: str, *, gpus: bool = True, command: list[str] | None = None) -> dict[str, Any]:
         job, cluster = self.job, self.cluster
         gpu_count = job.gpus_per_worker if gpus else 0
         main = {
@@ -262,7 +264,7 @@ class _PodBuilder:
             limits[cluster.gpu_resource] = "1"
         return limits
 
-    def env(self, kind: str, gpus: float) -> list[dict]:
+    def env(self, kind: str, gpus: float) -> list[dict[str, Any]]:
         job = self.job
         values = {**pod_security.scratch_env(), **{k: v for k, v in job.env.items() if k not in _RESERVED}}
         values.update({
@@ -291,11 +293,11 @@ class _PodBuilder:
             values.update({"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(LOCAL_PORT)})
         return [{"name": k, "value": v} for k, v in values.items()] + ([rank] if rank else [])
 
-    def init_containers(self) -> list[dict]:
+    def init_containers(self) -> list[dict[str, Any]]:
         job, cluster = self.job, self.cluster
         ref = self.commit or job.code_ref or ""
 
-        def env(**values: str) -> list[dict]:
+        def env(**values: str) -> list[dict[str, Any]]:
             values.update(PORTAL_CODE_DIR=CODE_DIR, PORTAL_PACKAGES_DIR=PACKAGES_DIR, **pod_security.scratch_env())
             return [{"name": name, "value": value} for name, value in values.items()]
 
@@ -305,7 +307,7 @@ class _PodBuilder:
         fetch = {
             "name": "fetch-code", "image": cluster.image(cluster.git_image), "command": ["sh", "-c", FETCH_SCRIPT],
             "env": env(PORTAL_CODE_URL=job.code_url, PORTAL_CODE_REF=ref, GIT_TERMINAL_PROMPT="0",
-                       GIT_ALLOW_PROTOCOL="https:http:ssh:git"),
+                       GIT_ALLOW_PROTOCOL=GIT_ALLOW_PROTOCOL),
             "volumeMounts": mounts, "securityContext": pod_security.container_security_context(),
         }
         install = {
@@ -316,7 +318,7 @@ class _PodBuilder:
         }
         return [fetch, install]
 
-    def mounts(self) -> list[dict]:
+    def mounts(self) -> list[dict[str, Any]]:
         mounts = [{"name": "workspace", "mountPath": WORKSPACE}, pod_security.scratch_mount()]
         for path, subpath in job_volume_layout(self.job).items():
             if path == TENSORBOARD_DIR and not self.tensorboard:
@@ -331,14 +333,14 @@ class _PodBuilder:
             mounts.append({"name": f"data-{index}", "mountPath": mount.path, "readOnly": mount.read_only})
         return mounts
 
-    def volumes(self) -> list[dict]:
+    def volumes(self) -> list[dict[str, Any]]:
         volumes = [
             {"name": "workspace", "emptyDir": {}}, pod_security.scratch_volume(),
             {"name": "job-volume", "persistentVolumeClaim": {"claimName": self.cluster.job_volume_pvc}},
             *([] if self.tensorboard else [{"name": "tensorboard", "emptyDir": {}}]),
         ]
         for index, mount in enumerate(self.job.mounts):
-            claim = {"claimName": self.pvc_of(mount.name, mount.source)}
+            claim: dict[str, Any] = {"claimName": self.pvc_of(mount.name, mount.source)}
             if mount.read_only:
                 claim["readOnly"] = True
             volumes.append({"name": f"data-{index}", "persistentVolumeClaim": claim})
