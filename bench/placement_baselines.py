@@ -20,14 +20,31 @@ import random
 from quotas.scheduler.placement import FULL, Fragmentation
 
 
+def feasible(occupancy, order, gpus: int, milli: int, cpu, mem, models=()):
+    """The nodes of ``order`` that fit one worker: ``Occupancy.fits_node`` inlined, as these policies look at
+    every node for every pod."""
+    cpu_free, mem_free, pods_free, gpu_free, model = (occupancy.cpu_free, occupancy.mem_free, occupancy.pods_free,
+                                                      occupancy.gpu_free, occupancy.model)
+    for i in order:
+        if cpu > cpu_free[i] or mem > mem_free[i] or pods_free[i] < 1:
+            continue
+        if gpus:
+            if models and model[i] not in models:
+                continue
+            free = gpu_free[i]
+            if (not free or max(free) < milli) if gpus == 1 else free.count(FULL) < gpus:
+                continue
+        yield i
+
+
 class RandomPlacement:
     def __init__(self, seed, trace_order: list[int]):
         self.rng = random.Random(seed)
         self.trace_order = trace_order  # occupancy index of each node, in the trace's order
 
     def _pick(self, occupancy, gpus: int, milli: int, cpu, mem, models=()) -> int | None:
-        feasible = [i for i in self.trace_order if occupancy.fits_node(i, gpus, milli, cpu, mem, models)]
-        return self.rng.choice(feasible) if feasible else None
+        nodes = list(feasible(occupancy, self.trace_order, gpus, milli, cpu, mem, models))
+        return self.rng.choice(nodes) if nodes else None
 
     def whole(self, occupancy, count, cpu, mem, models=()):
         i = self._pick(occupancy, count, FULL, cpu, mem, models)
@@ -53,10 +70,8 @@ class BestFitPlacement:
     def _pick(self, occupancy, gpus: int, milli: int, cpu, mem, models=()) -> int | None:
         best = best_key = None
         request, max_cpu, max_gpu = gpus * milli, self.max_cpu, self.max_gpu
-        cpu_free, gpu_free, fits = occupancy.cpu_free, occupancy.gpu_free, occupancy.fits_node
-        for i in range(len(occupancy.nodes)):
-            if not fits(i, gpus, milli, cpu, mem, models):
-                continue
+        cpu_free, gpu_free = occupancy.cpu_free, occupancy.gpu_free
+        for i in feasible(occupancy, range(len(occupancy.nodes)), gpus, milli, cpu, mem, models):
             left = (cpu_free[i] - cpu) / max_cpu * 0.5 + (sum(gpu_free[i]) - request) / max_gpu * 0.5
             key = -int((1.0 - left) * 100)
             if best_key is None or key < best_key:

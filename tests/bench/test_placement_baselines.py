@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from bench.placement_baselines import BestFitPlacement, FgdPlacement, RandomPlacement
+from bench.placement_baselines import BestFitPlacement, FgdPlacement, RandomPlacement, feasible
 from quotas.scheduler import Slot
 from quotas.scheduler.placement import FULL, NodeSpec, Occupancy, Shape, TypicalPods
 
@@ -62,3 +64,16 @@ def test_fgd_takes_the_least_fragmenting_node():
     typical = TypicalPods([(Shape(1000, 4, FULL), 0.5), (Shape(1000, 1, FULL), 0.5)])
     states = [dict(free=[1000] * 4), dict(free=[0, 1000, 1000, 1000]), dict(free=[1000] * 4)]
     assert occupancy(states, FgdPlacement(typical)).place(1, 1, cpu=1000, mem=1)[0].node == "n1"
+
+
+def test_the_inlined_fit_rule_is_the_occupancys():
+    rng = random.Random(5)
+    for _ in range(200):
+        specs = [NodeSpec(f"n{i}", rng.randint(0, 4), rng.choice(["T4", "V100"]), rng.randint(0, 8000),
+                          rng.randint(0, 8000), rng.randint(0, 2)) for i in range(rng.randint(1, 5))]
+        used = {(s.name, g): rng.choice([0.25, 0.5, 1.0]) for s in specs for g in range(s.gpus) if rng.random() < 0.5}
+        built = Occupancy.from_nodes(specs, "binpack", used)
+        gpus, milli = rng.choice([(0, 0), (1, 300), (1, 800), (1, FULL), (2, FULL), (4, FULL)])
+        cpu, mem, models = rng.randint(0, 8000), rng.randint(0, 8000), rng.choice([(), frozenset({"T4"})])
+        expected = [i for i in range(len(specs)) if built.fits_node(i, gpus, milli, cpu, mem, models)]
+        assert list(feasible(built, range(len(specs)), gpus, milli, cpu, mem, models)) == expected

@@ -24,9 +24,11 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from math import inf
+from typing import Any
 
 from quotas.scheduler.placement.fragmentation import FULL
-from quotas.scheduler.types import PoolState, Slot
+from quotas.scheduler.placement.policies import make_policy
+from quotas.scheduler.types import BINPACK, PoolState, Slot
 
 
 def units(share: float) -> int:
@@ -49,17 +51,13 @@ class NodeSpec:
 class Occupancy:
     def __init__(self, pool: PoolState, policy=None):
         """The occupancy of ``pool`` (its nodes, ``used`` shares and ``placement`` policy, or ``policy``)."""
-        from quotas.scheduler.placement.policies import make_policy
-
         self._build([NodeSpec(name, pool.gpus_per_node) for name in pool.nodes], pool.used,
                     policy if policy is not None else make_policy(pool.placement))
 
     @classmethod
-    def from_nodes(cls, nodes, policy="binpack", used=None) -> Occupancy:
+    def from_nodes(cls, nodes, policy=BINPACK, used=None) -> Occupancy:
         """Nodes that may differ (``NodeSpec``s); ``used``: (node, GPU) -> share in use; ``policy``: a name or
         a policy object (anything with ``whole``, ``fraction`` and ``no_gpu`` as in ``policies``)."""
-        from quotas.scheduler.placement.policies import make_policy
-
         occupancy = object.__new__(cls)
         occupancy._build(list(nodes), used or {}, make_policy(policy) if isinstance(policy, str) else policy)
         return occupancy
@@ -95,7 +93,7 @@ class Occupancy:
         for name in self.nodes:
             self.by_free[len(whole_free[name])][name] = None
         # state -> (its nodes, a heap of their indexes); made when a policy first asks (``states``)
-        self.by_state: dict[tuple, tuple[set[int], list[int]]] | None = None
+        self.by_state: dict[tuple[Any, ...], tuple[set[int], list[int]]] | None = None
 
     @property
     def free(self) -> float:
@@ -142,7 +140,8 @@ class Occupancy:
         return None
 
     def fits_node(self, i: int, gpus: int, milli: int, cpu: float = 0, mem: float = 0, models=()) -> bool:
-        """The whole fit rule on node ``i`` for a worker of ``gpus`` GPUs of ``milli`` each (0, 0: no GPU)."""
+        """The whole fit rule on node ``i`` for one worker: ``gpus`` whole GPUs (``milli`` = FULL), a share of one
+        GPU (``gpus`` = 1, ``milli`` < FULL) or no GPU (``gpus`` = 0)."""
         if not gpus:
             return self.room(i, cpu, mem)
         if not self.room(i, cpu, mem, models):
@@ -152,11 +151,11 @@ class Occupancy:
             return bool(free) and max(free) >= milli
         return free.count(FULL) >= gpus
 
-    def state(self, i: int) -> tuple:
+    def state(self, i: int) -> tuple[Any, ...]:
         """What a scoring policy needs of node ``i``: (model, CPU, memory, pod slots, sorted free milli)."""
         return self.model[i], self.cpu_free[i], self.mem_free[i], self.pods_free[i], tuple(sorted(self.gpu_free[i]))
 
-    def states(self) -> dict[tuple, tuple[set[int], list[int]]]:
+    def states(self) -> dict[tuple[Any, ...], tuple[set[int], list[int]]]:
         """The nodes grouped by ``state``, kept up to date from the first call on."""
         if self.by_state is None:
             self.by_state, self.state_of = {}, [None] * len(self.nodes)
@@ -164,7 +163,7 @@ class Occupancy:
                 self._join(i, self.state(i))
         return self.by_state
 
-    def first_in_state(self, state: tuple) -> int:
+    def first_in_state(self, state: tuple[Any, ...]) -> int:
         """The lowest node index in ``state``."""
         members, heap = self.by_state[state]
         while heap[0] not in members:
@@ -313,7 +312,7 @@ class Occupancy:
                     del self.by_state[old]
                 self._join(i, state)
 
-    def _join(self, i: int, state: tuple) -> None:
+    def _join(self, i: int, state: tuple[Any, ...]) -> None:
         self.state_of[i] = state
         group = self.by_state.get(state)
         if group is None:
