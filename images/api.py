@@ -29,7 +29,7 @@ class BuildInputSerializer(serializers.Serializer):
     base_packages = serializers.ListField(child=serializers.CharField(max_length=1000), default=list, max_length=1000)
     dockerfile = serializers.CharField(max_length=1_000_000, required=False, allow_blank=True, trim_whitespace=False,
                                        help_text="Dockerfile text; or give code_url instead")
-    code_url = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+    code_url = serializers.CharField(required=False, allow_blank=True)  # length and form: core.code_url
     code_ref = serializers.CharField(max_length=500, required=False, allow_blank=True)
     dockerfile_path = serializers.CharField(max_length=500, required=False, allow_blank=True)
     context_path = serializers.CharField(max_length=500, required=False, allow_blank=True)

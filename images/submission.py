@@ -15,7 +15,7 @@ from core.errors import InvalidInput
 from images.manifests import BuildSettings, BuildSetupError
 from clusters.k8s import ClusterSettings, ManifestError
 from clusters.manifest_validation import DNS_1035
-from core.code_url import GIT_REF
+from core.code_url import GIT_REF, code_url_problem
 from core.requirements import pip_requirements
 from accounts import permissions
 from clusters.models import Cluster
@@ -148,14 +148,9 @@ def _dockerfile(text: str, fail) -> None:
 
 
 def _repository(data: dict, url: str, fail) -> None:
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if len(url) > 500:
-        fail("code_url", "Keep the repository URL under 500 characters.")
-    elif any(ch.isspace() for ch in url) or "#" in url or url.startswith("-"):
-        fail("code_url", "A repository URL cannot contain spaces or '#' or start with '-'.")
-    elif scheme != "https" or not url.split("://", 1)[1].split("/", 1)[0]:
-        fail("code_url", "Kaniko fetches repositories over https; give an https:// URL, e.g. "
-             "https://git.example.com/team/images.git.")
+    problem = code_url_problem(url, allow_local=False, https_only=True)
+    if problem:
+        fail("code_url", problem)
     ref = (data.get("code_ref") or "").strip()
     if ref and not GIT_REF.match(ref):
         fail("code_ref", "Give a branch, a tag as refs/tags/<tag>, or a commit SHA (letters, digits, '.', '_', '/', "

@@ -31,7 +31,7 @@ class JobInputSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     department = serializers.CharField(max_length=40)
     cluster = serializers.CharField(max_length=40, required=False, allow_blank=True)
-    code_url = serializers.CharField(max_length=2000, trim_whitespace=False)
+    code_url = serializers.CharField(trim_whitespace=False)  # length and form: core.code_url.code_url_problem
     code_ref = serializers.CharField(max_length=500, required=False, allow_blank=True, allow_null=True)
     command = serializers.CharField(max_length=100_000, allow_blank=True, trim_whitespace=False)
     image = serializers.CharField(max_length=60, default="python")

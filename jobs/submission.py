@@ -21,7 +21,7 @@ from accounts.models import Department
 from images.models import FrameworkImage
 from quotas.models import PriorityClass, Quota
 from clusters.manifest_validation import DNS_1035
-from core.code_url import GIT_REF, REMOTE_SCHEMES, SCP_LIKE
+from core.code_url import GIT_REF, code_url_problem
 from core.requirements import pip_requirements
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -187,23 +187,9 @@ def _pool(data, department, cluster, fail):
 def _code(data, cluster, fail):
     url = data["code_url"].strip()
     allow_local = bool(cluster and cluster.settings.get("allow_local_code"))
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if not url:
-        fail("code_url", "Give the git URL of the code, e.g. https://git.example.com/team/repo.git.")
-    elif len(url) > 500:
-        fail("code_url", "Keep the code URL under 500 characters.")
-    elif url.startswith("-") or any(ch.isspace() for ch in url):
-        fail("code_url", "A code URL cannot start with '-' or contain spaces.")
-    elif scheme in REMOTE_SCHEMES or (not scheme and SCP_LIKE.match(url)):
-        pass
-    elif scheme == "file" or (not scheme and url.startswith("/")):
-        if not allow_local:
-            where = f"cluster {cluster.name}" if cluster else "this cluster"
-            fail("code_url", f"{where} does not run code from local paths; use an https, ssh or git URL.")
-    else:
-        shown = f"'{scheme}://'" if scheme else "this form"
-        fail("code_url", f"Code URLs with {shown} are not accepted; use https://, ssh://, git:// or git@host:path"
-             + (" (or a local path on this cluster)." if allow_local else "."))
+    problem = code_url_problem(url, allow_local=allow_local, where=f"cluster {cluster.name}" if cluster else "this cluster")
+    if problem:
+        fail("code_url", problem)
     ref = (data.get("code_ref") or "").strip()
     if ref and not GIT_REF.match(ref):
         fail("code_ref", "Give a branch, tag or commit SHA (letters, digits, '.', '_', '/', '-'; not starting with '-').")

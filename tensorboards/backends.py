@@ -15,15 +15,11 @@ from pathlib import Path
 from typing import Protocol
 
 from clusters import listeners, local_procs, sandbox
+from clusters.errors import ExecutorError
 
 
-class BoardError(Exception):
-    """A board could not be started or reached; ``permanent`` says whether trying again can help."""
-
-    def __init__(self, message: str, *, permanent: bool):
-        super().__init__(message)
-        self.message = message
-        self.permanent = permanent
+class BoardError(ExecutorError):
+    """A board could not be started or reached; ``permanent`` says whether trying again can help: an ExecutorError."""
 
 
 @dataclass(frozen=True)

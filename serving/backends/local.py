@@ -21,15 +21,11 @@ from pathlib import Path
 from typing import Protocol
 
 from clusters import listeners, local_procs, sandbox
+from clusters.errors import ExecutorError
 
 
-class ServingError(Exception):
-    """A server could not be started or reached; ``permanent`` says whether trying again can help."""
-
-    def __init__(self, message: str, *, permanent: bool):
-        super().__init__(message)
-        self.message = message
-        self.permanent = permanent
+class ServingError(ExecutorError):
+    """A server could not be started or reached; ``permanent`` says whether trying again can help: an ExecutorError."""
 
 
 @dataclass(frozen=True)
