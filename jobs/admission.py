@@ -42,13 +42,23 @@ def quota_preview(*, department: Department, quotas: list[dict]) -> Decisions:
     """What one scheduling cycle would do if the department had these quotas. Changes nothing."""
     pools = quotas_check(department=department, quotas=quotas, lock=False)
     proposed = [
-        QuotaState(department=department.slug, pool_id=pools[(i["cluster"], i["gpu_type"])].pk, nominal=i["nominal"],
-                   borrowing_limit=i.get("borrowing_limit"), lending_limit=i.get("lending_limit"))
+        QuotaState(
+            department=department.slug,
+            pool_id=pools[(i["cluster"], i["gpu_type"])].pk,
+            nominal=i["nominal"],
+            borrowing_limit=i.get("borrowing_limit"),
+            lending_limit=i.get("lending_limit"),
+        )
         for i in quotas
     ]
     others = [
-        QuotaState(department=q.department.slug, pool_id=q.pool_id, nominal=q.nominal, borrowing_limit=q.borrowing_limit,
-                   lending_limit=q.lending_limit)
+        QuotaState(
+            department=q.department.slug,
+            pool_id=q.pool_id,
+            nominal=q.nominal,
+            borrowing_limit=q.borrowing_limit,
+            lending_limit=q.lending_limit,
+        )
         for q in Quota.objects.exclude(department=department).select_related("department")
     ]
     queued = list(Job.objects.filter(status=lifecycle.QUEUED).select_related("pool__cluster", "priority", "department"))
@@ -77,7 +87,9 @@ def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
         _lock_cycle()
         queued = {
             job.pk: job
-            for job in Job.objects.filter(status=lifecycle.QUEUED).select_related("pool__cluster", "priority", "department")
+            for job in Job.objects.filter(status=lifecycle.QUEUED).select_related(
+                "pool__cluster", "priority", "department"
+            )
         }
         if not queued:
             return Decisions()
@@ -92,10 +104,14 @@ def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
             job = queued[waiting.job_id]
             eta = datetime.fromtimestamp(waiting.estimated_start, tz=UTC) if waiting.estimated_start else None
             if (job.pending_reason, job.status_message, job.queue_position) != (
-                waiting.reason, waiting.message, waiting.position
+                waiting.reason,
+                waiting.message,
+                waiting.position,
             ) or _moved(job.estimated_start, eta):
                 if Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
-                    pending_reason=waiting.reason, status_message=waiting.message, queue_position=waiting.position,
+                    pending_reason=waiting.reason,
+                    status_message=waiting.message,
+                    queue_position=waiting.position,
                     estimated_start=eta,
                 ):
                     job.pending_reason, job.status_message = waiting.reason, waiting.message
@@ -134,9 +150,11 @@ def _recent_usage(pools, now: datetime | None = None) -> dict[tuple[str, int], f
             continue
         half_life = float(settings.get("fair_share_half_life_hours", 24)) * 3600
         since = now - timedelta(seconds=8 * half_life)  # older runs weigh less than 0.4%
-        rows = Job.objects.filter(pool=pool, gpu_seconds__gt=0).filter(
-            Q(finished_at__gte=since) | Q(finished_at__isnull=True)
-        ).values_list("department__slug", "gpu_seconds", "finished_at")
+        rows = (
+            Job.objects.filter(pool=pool, gpu_seconds__gt=0)
+            .filter(Q(finished_at__gte=since) | Q(finished_at__isnull=True))
+            .values_list("department__slug", "gpu_seconds", "finished_at")
+        )
         for department, gpu_seconds, finished in rows:
             age = max(0.0, (now - (finished or now)).total_seconds())
             # a GPU-second that long ago, spread over the mean life of the decay (half-life / ln 2)
@@ -149,8 +167,9 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
     pools = {job.pool_id: job.pool for job in queued}
     holding = {
         job.pk: job
-        for job in Job.objects.filter(status__in=lifecycle.HOLDS_GPUS, pool_id__in=list(pools))
-        .select_related("priority", "department")
+        for job in Job.objects.filter(status__in=lifecycle.HOLDS_GPUS, pool_id__in=list(pools)).select_related(
+            "priority", "department"
+        )
     }
     used: dict[int, dict[tuple[str, int], float]] = {pool_id: defaultdict(float) for pool_id in pools}
     running = []
@@ -163,30 +182,50 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
             for gpu in slot.gpus:
                 used[job.pool_id][(slot.node, gpu)] += slot.fraction or 1.0
         started = (job.admitted_at or job.created_at).timestamp()
-        running.append(RunningJob(
-            job_id=job.pk, pool_id=job.pool_id, department=job.department.slug, priority=job.priority.value,
-            preemptible=job.priority.preemptible, gpus=job.gpus, slots=slots, started_at=started,
-            deadline=expected_end(
-                admitted_at=started, running_since=job.started_at.timestamp() if job.started_at else None,
-                max_runtime=job.max_runtime_seconds, setup_seconds=setup_timeout_seconds(pools[job.pool_id].cluster),
-            ),
-            terminating=bool(job.cancel_requested_at or job.preempt_requested_at),
-            attained=job.gpu_seconds,  # earlier runs; this one counts from started_at
-            checkpoint_every=float(pools[job.pool_id].cluster.settings.get("checkpoint_seconds", 0)) or None,
-        ))
+        running.append(
+            RunningJob(
+                job_id=job.pk,
+                pool_id=job.pool_id,
+                department=job.department.slug,
+                priority=job.priority.value,
+                preemptible=job.priority.preemptible,
+                gpus=job.gpus,
+                slots=slots,
+                started_at=started,
+                deadline=expected_end(
+                    admitted_at=started,
+                    running_since=job.started_at.timestamp() if job.started_at else None,
+                    max_runtime=job.max_runtime_seconds,
+                    setup_seconds=setup_timeout_seconds(pools[job.pool_id].cluster),
+                ),
+                terminating=bool(job.cancel_requested_at or job.preempt_requested_at),
+                attained=job.gpu_seconds,  # earlier runs; this one counts from started_at
+                checkpoint_every=float(pools[job.pool_id].cluster.settings.get("checkpoint_seconds", 0)) or None,
+            )
+        )
     if quotas is None:
         recent = _recent_usage(pools.values())
         quotas = [
-            QuotaState(department=q.department.slug, pool_id=q.pool_id, nominal=q.nominal,
-                       borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit,
-                       recent_usage=recent.get((q.department.slug, q.pool_id), 0.0))
+            QuotaState(
+                department=q.department.slug,
+                pool_id=q.pool_id,
+                nominal=q.nominal,
+                borrowing_limit=q.borrowing_limit,
+                lending_limit=q.lending_limit,
+                recent_usage=recent.get((q.department.slug, q.pool_id), 0.0),
+            )
             for q in Quota.objects.filter(pool_id__in=list(pools)).select_related("department")
         ]
     snapshot = Snapshot(
         pools={
             pool.pk: PoolState(
-                pool_id=pool.pk, name=str(pool), nodes=tuple(pool.node_names), gpus_per_node=pool.gpus_per_node,
-                shareable=pool.shareable, used=dict(used[pool.pk]),
+                pool_id=pool.pk,
+                name=str(pool),
+                nodes=tuple(pool.node_names),
+                gpus_per_node=pool.gpus_per_node,
+                shareable=pool.shareable,
+                used=dict(used[pool.pk]),
+                placement=pool.placement,
                 min_runtime_seconds=float(pool.cluster.settings.get("min_runtime_seconds", 0)),
                 usage_weight=float(pool.cluster.settings.get("fair_share_usage_weight", 0)),
             )
@@ -194,10 +233,17 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
         },
         pending=tuple(
             PendingJob(
-                job_id=job.pk, pool_id=job.pool_id, department=job.department.slug, priority=job.priority.value,
-                submitted_at=job.created_at.timestamp(), workers=job.workers, gpus_per_worker=job.gpus_per_worker,
-                preemptible=job.priority.preemptible, max_runtime=job.max_runtime_seconds,
-                nominated=job.pending_reason == "preemption_in_progress", attained=job.gpu_seconds,
+                job_id=job.pk,
+                pool_id=job.pool_id,
+                department=job.department.slug,
+                priority=job.priority.value,
+                submitted_at=job.created_at.timestamp(),
+                workers=job.workers,
+                gpus_per_worker=job.gpus_per_worker,
+                preemptible=job.priority.preemptible,
+                max_runtime=job.max_runtime_seconds,
+                nominated=job.pending_reason == "preemption_in_progress",
+                attained=job.gpu_seconds,
             )
             for job in queued
         ),
@@ -211,7 +257,8 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
 def _preempt(job: Job, preemption: Preemption, now: datetime) -> None:
     """Ask a running job to stop for another; it is re-queued when it has stopped (jobs.services.job_observe)."""
     updated = Job.objects.filter(pk=job.pk, status__in=lifecycle.HOLDS_GPUS, preempt_requested_at__isnull=True).update(
-        preempt_requested_at=now, preempt_reason=preemption.reason,
+        preempt_requested_at=now,
+        preempt_reason=preemption.reason,
         status_message=f"{preemption.message} Workers get SIGTERM and the grace period, then it is queued again.",
     )
     if updated:
@@ -225,14 +272,24 @@ def _admit(job: Job, admission: Admission, now: datetime) -> None:
         for slot in admission.slots
     ]
     where = ", ".join(
-        f"worker {slot.worker} on {slot.node}" + (f" GPU {','.join(map(str, slot.gpus))}" if slot.gpus else "")
+        f"worker {slot.worker} on {slot.node}"
+        + (f" GPU {','.join(map(str, slot.gpus))}" if slot.gpus else "")
         + (f" ({slot.fraction:g} share)" if slot.fraction else "")
         for slot in admission.slots
     )
     job_transition(
-        job=job, to=lifecycle.ADMITTED, reason="admitted", message=f"Admitted: {where}.", now=now,
-        placement=placement, admitted_at=now, pending_reason="", status_message="", queue_position=None,
-        run_id=f"{job.pk}-{secrets.token_hex(4)}", launched_at=None,
+        job=job,
+        to=lifecycle.ADMITTED,
+        reason="admitted",
+        message=f"Admitted: {where}.",
+        now=now,
+        placement=placement,
+        admitted_at=now,
+        pending_reason="",
+        status_message="",
+        queue_position=None,
+        run_id=f"{job.pk}-{secrets.token_hex(4)}",
+        launched_at=None,
     )
     job_id = job.pk
     transaction.on_commit(lambda: tasks.launch_job.delay(job_id))

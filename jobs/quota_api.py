@@ -7,7 +7,6 @@ They live in jobs/ because what a department holds is counted from its jobs (job
 import csv
 import io
 
-from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -21,6 +20,7 @@ from rest_framework.views import APIView
 from accounts import permissions
 from accounts import selectors as account_selectors
 from clusters import selectors as cluster_selectors
+from core.api import visible_or_404
 from jobs import admission
 from jobs import usage as job_usage
 from quotas import services
@@ -30,8 +30,12 @@ class QuotaSerializer(serializers.Serializer):
     cluster = serializers.CharField(max_length=40)
     gpu_type = serializers.CharField(max_length=40)
     nominal = serializers.IntegerField(min_value=0, max_value=100_000)
-    borrowing_limit = serializers.IntegerField(min_value=0, max_value=100_000, allow_null=True, required=False, default=None)
-    lending_limit = serializers.IntegerField(min_value=0, max_value=100_000, allow_null=True, required=False, default=None)
+    borrowing_limit = serializers.IntegerField(
+        min_value=0, max_value=100_000, allow_null=True, required=False, default=None
+    )
+    lending_limit = serializers.IntegerField(
+        min_value=0, max_value=100_000, allow_null=True, required=False, default=None
+    )
 
 
 class QuotaUsageSerializer(QuotaSerializer):
@@ -78,10 +82,9 @@ def _department_detail(request, department) -> dict:
 
 
 def _visible_department(request, slug):
-    department = account_selectors.department_get(user=request.user, slug=slug)
-    if department is None:
-        raise Http404("No department with that slug among yours.")
-    return department
+    return visible_or_404(
+        account_selectors.department_get(user=request.user, slug=slug), "No department with that slug among yours."
+    )
 
 
 class DepartmentDetailApi(APIView):
@@ -107,8 +110,12 @@ class QuotaPreviewApi(APIView):
 
     class QuotaPreviewOutputSerializer(serializers.Serializer):
         admitted = serializers.ListField(child=serializers.DictField(), help_text="[{id, name, department}]")
-        preempted = serializers.ListField(child=serializers.DictField(), help_text="[{id, name, department, reason, message}]")
-        waiting = serializers.ListField(child=serializers.DictField(), help_text="[{id, name, department, reason, message}]")
+        preempted = serializers.ListField(
+            child=serializers.DictField(), help_text="[{id, name, department, reason, message}]"
+        )
+        waiting = serializers.ListField(
+            child=serializers.DictField(), help_text="[{id, name, department, reason, message}]"
+        )
 
     @extend_schema(request=QuotaSerializer(many=True), responses=QuotaPreviewOutputSerializer)
     def post(self, request, slug):
@@ -117,23 +124,30 @@ class QuotaPreviewApi(APIView):
             raise PermissionDenied("Only platform admins can preview quota changes.")
         items = _parse_quotas(request.data)
         decisions = admission.quota_preview(department=department, quotas=items)
-        jobs = job_usage.jobs_by_id(ids=[a.job_id for a in decisions.admissions] + [p.job_id for p in decisions.preemptions]
-                                    + [w.job_id for w in decisions.waiting])
+        jobs = job_usage.jobs_by_id(
+            ids=[a.job_id for a in decisions.admissions]
+            + [p.job_id for p in decisions.preemptions]
+            + [w.job_id for w in decisions.waiting]
+        )
 
         def ref(job_id, **extra):
             job = jobs[job_id]
             return {"id": job.pk, "name": job.name, "department": job.department.slug, **extra}
 
-        return Response({
-            "admitted": [ref(a.job_id) for a in decisions.admissions],
-            "preempted": [ref(p.job_id, reason=p.reason, message=p.message) for p in decisions.preemptions],
-            "waiting": [ref(w.job_id, reason=w.reason, message=w.message) for w in decisions.waiting],
-        })
+        return Response(
+            {
+                "admitted": [ref(a.job_id) for a in decisions.admissions],
+                "preempted": [ref(p.job_id, reason=p.reason, message=p.message) for p in decisions.preemptions],
+                "waiting": [ref(w.job_id, reason=w.reason, message=w.message) for w in decisions.waiting],
+            }
+        )
 
 
 def _parse_quotas(data) -> list[dict]:
     if not isinstance(data, list):
-        raise serializers.ValidationError({"quotas": ["Send a JSON list of quota objects (cluster, gpu_type, nominal ...)."]})
+        raise serializers.ValidationError(
+            {"quotas": ["Send a JSON list of quota objects (cluster, gpu_type, nominal ...)."]}
+        )
     items = [QuotaSerializer(data=item) for item in data]
     if not all([item.is_valid() for item in items]):
         raise serializers.ValidationError({"quotas": [item.errors for item in items]})
@@ -157,8 +171,13 @@ class UsageCsvRenderer(BaseRenderer):
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         # A cell starting with = + - @ is a formula to a spreadsheet; usernames may start with + - @.
-        writer.writerows({key: f"'{value}" if isinstance(value, str) and value[:1] in "=+-@" else value
-                          for key, value in row.items()} for row in rows)
+        writer.writerows(
+            {
+                key: f"'{value}" if isinstance(value, str) and value[:1] in "=+-@" else value
+                for key, value in row.items()
+            }
+            for row in rows
+        )
         return out.getvalue().encode(self.charset)
 
 
@@ -172,7 +191,8 @@ class UsageApi(APIView):
             department = serializers.CharField()
             gpu_hours = serializers.FloatField()
             lost_gpu_hours = serializers.FloatField(
-                help_text="GPU-hours of preempted runs since their last checkpoint (part of gpu_hours).")
+                help_text="GPU-hours of preempted runs since their last checkpoint (part of gpu_hours)."
+            )
 
         from_ = serializers.DateField(help_text="First day, inclusive (UTC).")
         to = serializers.DateField(help_text="Last day, inclusive (UTC).")
@@ -180,7 +200,8 @@ class UsageApi(APIView):
         gpu_hours = serializers.FloatField(help_text="Total over every row.")
         lost_gpu_hours = serializers.FloatField(
             help_text="Of gpu_hours, what preemptions lost: each preempted run since its last checkpoint, on the day "
-                      "it was preempted.")
+            "it was preempted."
+        )
         totals = UsageTotalSerializer(many=True, help_text="GPU-hours per department, zero included.")
         rows = serializers.ListField(
             child=serializers.DictField(),
@@ -206,11 +227,21 @@ class UsageApi(APIView):
         slug = request.query_params.get("department", "")
         departments = [_visible_department(request, slug)] if slug else permissions.visible_departments(request.user)
         usage = job_usage.usage_get(
-            departments=departments, start=request.query_params.get("from", ""), end=request.query_params.get("to", ""),
-            group_by=request.query_params.get("group_by", "day"), now=timezone.now(),
+            departments=departments,
+            start=request.query_params.get("from", ""),
+            end=request.query_params.get("to", ""),
+            group_by=request.query_params.get("group_by", "day"),
+            now=timezone.now(),
         )
-        body = {"from": usage.start, "to": usage.end, "group_by": usage.group_by, "gpu_hours": usage.gpu_hours,
-                "lost_gpu_hours": usage.lost_gpu_hours, "totals": usage.totals(), "rows": usage.rows()}
+        body = {
+            "from": usage.start,
+            "to": usage.end,
+            "group_by": usage.group_by,
+            "gpu_hours": usage.gpu_hours,
+            "lost_gpu_hours": usage.lost_gpu_hours,
+            "totals": usage.totals(),
+            "rows": usage.rows(),
+        }
         response = Response(self.UsageOutputSerializer(body).data)
         if request.accepted_renderer.format == "csv":
             name = f"usage-{slug or 'all'}-{usage.group_by}-{usage.start}-{usage.end}.csv"
@@ -232,6 +263,7 @@ class ClusterListApi(generics.ListAPIView):
         total = serializers.IntegerField()
         allocated = serializers.SerializerMethodField()
         shareable = serializers.BooleanField()
+        placement = serializers.CharField(help_text="How the scheduler places this pool's jobs: binpack, spread or fragmentation")
 
         def get_allocated(self, pool) -> float:
             return self.context["allocated"].get(pool.pk, 0)
