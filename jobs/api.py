@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs import lifecycle, selectors, services
+from jobs.filters import JobFilter, QueueFilter
 from jobs.models import Job, JobEvent
 
 
@@ -127,24 +128,10 @@ def _visible_job(request, job_id) -> Job:
 
 class JobListApi(generics.ListAPIView):
     serializer_class = JobOutputSerializer
-
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("department", str, description="Department slug"),
-            OpenApiParameter("status", str, description="One status, or several separated by commas"),
-            OpenApiParameter("submitted_by", str, description="Username"),
-            OpenApiParameter("search", str, description="Text in the name, command or code URL"),
-        ]
-    )
-    def get(self, request, *args, **kwargs):
-        return super().get(request, *args, **kwargs)
+    filterset_class = JobFilter  # narrows the caller's jobs; DjangoFilterBackend is the default backend
 
     def get_queryset(self):
-        params = self.request.query_params
-        return selectors.jobs_for(
-            user=self.request.user, department=params.get("department", ""), status=params.get("status", ""),
-            submitted_by=params.get("submitted_by", ""), search=params.get("search", ""),
-        )
+        return selectors.jobs_for(user=self.request.user)
 
     @extend_schema(
         request=JobInputSerializer, responses={201: JobOutputSerializer, 200: JobOutputSerializer},
@@ -185,14 +172,10 @@ class QueueApi(generics.ListAPIView):
     """Waiting jobs of the caller's departments in admission order, with why they wait and roughly when they start."""
 
     serializer_class = JobOutputSerializer
-
-    @extend_schema(parameters=[OpenApiParameter("cluster", str), OpenApiParameter("gpu_type", str)])
-    def get(self, request, *args, **kwargs):
-        return super().get(request, *args, **kwargs)
+    filterset_class = QueueFilter
 
     def get_queryset(self):
-        params = self.request.query_params
-        return selectors.queue_for(user=self.request.user, cluster=params.get("cluster", ""), gpu_type=params.get("gpu_type", ""))
+        return selectors.queue_for(user=self.request.user)
 
 
 class JobEventSerializer(serializers.Serializer):

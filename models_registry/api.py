@@ -5,13 +5,14 @@ from __future__ import annotations
 import difflib
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from models_registry import selectors, services
+from models_registry.filters import ModelFilter
 from models_registry.models import ModelVersion, RegisteredModel
 
 
@@ -79,16 +80,10 @@ class ModelOutputSerializer(serializers.Serializer):
 
 class ModelListApi(generics.ListAPIView):
     serializer_class = ModelOutputSerializer
-
-    @extend_schema(parameters=[OpenApiParameter("department", str, description="Department slug"),
-                               OpenApiParameter("search", str, description="Text in the name")])
-    def get(self, request, *args, **kwargs):
-        return super().get(request, *args, **kwargs)
+    filterset_class = ModelFilter  # narrows the caller's models; DjangoFilterBackend is the default backend
 
     def get_queryset(self):
-        params = self.request.query_params
-        return selectors.models_for(user=self.request.user, department=params.get("department", ""),
-                                    search=params.get("search", ""))
+        return selectors.models_for(user=self.request.user)
 
     @extend_schema(request=ModelInputSerializer, responses={201: ModelOutputSerializer})
     def post(self, request):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from serving import deployments
+from serving.filters import DeploymentFilter
 from serving.models import Deployment
 
 
@@ -108,11 +109,11 @@ def _out(deployment, code=status.HTTP_200_OK) -> Response:
 class DeploymentListApi(GenericAPIView):
     serializer_class = DeploymentOutputSerializer
     queryset = Deployment.objects.none()  # for the schema only; requests use deployments_for
+    filterset_class = DeploymentFilter  # narrows the caller's deployments; DjangoFilterBackend is the default backend
 
-    @extend_schema(parameters=[OpenApiParameter("department", str)], responses=DeploymentOutputSerializer(many=True))
+    @extend_schema(responses=DeploymentOutputSerializer(many=True))
     def get(self, request):
-        queryset = deployments.with_variants(
-            deployments.deployments_for(user=request.user, department=request.query_params.get("department", "")))
+        queryset = deployments.with_variants(self.filter_queryset(deployments.deployments_for(user=request.user)))
         page = self.paginate_queryset(queryset)
         return self.get_paginated_response(DeploymentOutputSerializer(page, many=True).data)
 

@@ -11,7 +11,7 @@ import difflib
 
 from django.http import Http404
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.fields import SkipField
@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from core.errors import InvalidInput
 from webhooks import selectors, services
+from webhooks.filters import WebhookFilter
 from webhooks.models import Delivery, Webhook
 from accounts import selectors as account_selectors
 
@@ -109,13 +110,10 @@ def _visible(request, webhook_id) -> Webhook:
 
 class WebhookListApi(generics.ListAPIView):
     serializer_class = WebhookOutputSerializer
-
-    @extend_schema(parameters=[OpenApiParameter("department", str, description="Department slug")])
-    def get(self, request, *args, **kwargs):
-        return super().get(request, *args, **kwargs)
+    filterset_class = WebhookFilter  # narrows the caller's webhooks; DjangoFilterBackend is the default backend
 
     def get_queryset(self):
-        return selectors.webhooks_for(user=self.request.user, department=self.request.query_params.get("department", ""))
+        return selectors.webhooks_for(user=self.request.user)
 
     @extend_schema(request=WebhookInputSerializer, responses={201: WebhookWithSecretSerializer})
     def post(self, request):
