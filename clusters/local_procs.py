@@ -18,7 +18,6 @@ import subprocess
 import time
 from pathlib import Path
 
-
 TICK = 0.05  # seconds between looks at workers, cancel requests and deadlines
 
 
@@ -29,7 +28,7 @@ def proc_stat(pid: int) -> tuple[str, int, int] | None:
             data = f.read()
     except OSError:
         return None
-    fields = data[data.rindex(b")") + 2:].split()  # the command name may contain spaces and ')'
+    fields = data[data.rindex(b")") + 2 :].split()  # the command name may contain spaces and ')'
     return fields[0].decode(), int(fields[2]), int(fields[19])
 
 
@@ -73,7 +72,7 @@ def signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def reap(children: dict | None = None) -> None:  # pid -> local_runner.Worker
+def reap(children: dict | None = None) -> None:  # pid -> local_endings.Worker
     """Collect every exited child: our workers, and orphans that came to us as their subreaper."""
     while True:
         try:
@@ -136,7 +135,12 @@ def start_detached(argv: list[str], *, log: Path, extra_env: dict[str, str] | No
     env = {name: value for name in SERVER_ENV if (value := os.environ.get(name))} | (extra_env or {})
     result = subprocess.run(
         ["sh", "-c", 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!', "sh", str(log), *argv],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, start_new_session=True, check=True, timeout=30,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        check=True,
+        timeout=30,
         env=env,
     )
     pid = int(result.stdout.strip())

@@ -16,7 +16,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -32,6 +31,7 @@ from accounts.models import Membership
 from clusters import selectors as cluster_selectors
 from clusters import storage as storage_services
 from clusters.models import Storage
+from core.api import visible_or_404
 from core.errors import Conflict, InvalidInput
 from core.forms import show_errors
 from jobs import admission
@@ -39,11 +39,15 @@ from jobs import usage as job_usage
 from quotas import selectors, services
 from quotas.models import PriorityClass
 
-ROLES = [(Membership.Role.MEMBER, gettext_lazy("Member")), (Membership.Role.DEPT_ADMIN, gettext_lazy("Department admin"))]
+ROLES = [
+    (Membership.Role.MEMBER, gettext_lazy("Member")),
+    (Membership.Role.DEPT_ADMIN, gettext_lazy("Department admin")),
+]
 AUDIT_PAGE_SIZE = 50
 
 
 # --- Access -------------------------------------------------------------------------
+
 
 def _require_console(user) -> None:
     if not (permissions.is_platform_admin(user) or account_selectors.departments_managed(user=user).exists()):
@@ -54,13 +58,14 @@ def _managed_filter(request, slug: str):
     """A department chosen in a filter: one the user manages, or None for all of them."""
     if not slug:
         return None
-    department = account_selectors.departments_managed(user=request.user).filter(slug=slug).first()
-    if department is None:
-        raise Http404(_("No department with that name among those you manage."))
-    return department
+    return visible_or_404(
+        account_selectors.departments_managed(user=request.user).filter(slug=slug).first(),
+        _("No department with that name among those you manage."),
+    )
 
 
 # --- Overview -----------------------------------------------------------------------
+
 
 @login_required
 def index(request):
@@ -75,6 +80,7 @@ def department(request, slug):
 
 
 # --- Members and roles --------------------------------------------------------------
+
 
 class MemberAddForm(forms.Form):
     username = forms.CharField(label=gettext_lazy("Username"), max_length=150)
@@ -93,18 +99,38 @@ def members(request, slug):
     if request.method == "POST":
         if form.is_valid():
             try:
-                membership = account_services.membership_set(actor=request.user, department=department, **form.cleaned_data)
+                membership = account_services.membership_set(
+                    actor=request.user, department=department, **form.cleaned_data
+                )
             except InvalidInput as exc:
                 show_errors(form, exc)
             else:
-                messages.success(request, _("%(user)s is now %(role)s of %(department)s.") % {
-                    "user": membership.user.username, "role": dict(ROLES)[membership.role], "department": department.slug})
+                messages.success(
+                    request,
+                    _("%(user)s is now %(role)s of %(department)s.")
+                    % {
+                        "user": membership.user.username,
+                        "role": dict(ROLES)[membership.role],
+                        "department": department.slug,
+                    },
+                )
                 return redirect("console:members", slug=department.slug)
         status = 400
-    rows = [(m, RoleForm(initial={"role": m.role}, prefix=f"m{m.pk}")) for m in account_selectors.members_of(department=department)]
-    return render(request, "frontend/console/members.html", {
-        "department": department, "section": "members", "form": form, "rows": rows,
-    }, status=status)
+    rows = [
+        (m, RoleForm(initial={"role": m.role}, prefix=f"m{m.pk}"))
+        for m in account_selectors.members_of(department=department)
+    ]
+    return render(
+        request,
+        "frontend/console/members.html",
+        {
+            "department": department,
+            "section": "members",
+            "form": form,
+            "rows": rows,
+        },
+        status=status,
+    )
 
 
 @login_required
@@ -117,13 +143,20 @@ def member_role(request, slug, membership_id):
         messages.error(request, _("Choose a role from the list."))
     else:
         try:
-            account_services.membership_set(actor=request.user, department=department, username=membership.user.username,
-                                    role=form.cleaned_data["role"])
+            account_services.membership_set(
+                actor=request.user,
+                department=department,
+                username=membership.user.username,
+                role=form.cleaned_data["role"],
+            )
         except InvalidInput as exc:
             messages.error(request, " ".join(str(p) for problems in exc.errors.values() for p in problems))
         else:
-            messages.success(request, _("%(user)s is now %(role)s.") % {
-                "user": membership.user.username, "role": dict(ROLES)[form.cleaned_data["role"]]})
+            messages.success(
+                request,
+                _("%(user)s is now %(role)s.")
+                % {"user": membership.user.username, "role": dict(ROLES)[form.cleaned_data["role"]]},
+            )
             if not permissions.can_manage(request.user, department):
                 return redirect("home")  # they gave up their own admin role
     return redirect("console:members", slug=department.slug)
@@ -133,15 +166,19 @@ def member_role(request, slug, membership_id):
 @require_POST
 def member_remove(request, slug, membership_id):
     department = managed_department(request, slug)
-    membership = get_object_or_404(Membership.objects.select_related("user", "department"), pk=membership_id,
-                                   department=department)
+    membership = get_object_or_404(
+        Membership.objects.select_related("user", "department"), pk=membership_id, department=department
+    )
     try:
         account_services.membership_remove(actor=request.user, membership=membership)
     except InvalidInput as exc:
         messages.error(request, " ".join(str(p) for problems in exc.errors.values() for p in problems))
     else:
-        messages.success(request, _("%(user)s was removed from %(department)s.") % {
-            "user": membership.user.username, "department": department.slug})
+        messages.success(
+            request,
+            _("%(user)s was removed from %(department)s.")
+            % {"user": membership.user.username, "department": department.slug},
+        )
         if membership.user_id == request.user.pk and not permissions.is_platform_admin(request.user):
             return redirect("home")  # they no longer manage this department
     return redirect("console:members", slug=department.slug)
@@ -149,14 +186,21 @@ def member_remove(request, slug, membership_id):
 
 # --- Quotas -------------------------------------------------------------------------
 
+
 class QuotaRowForm(forms.Form):
     nominal = forms.IntegerField(label=gettext_lazy("Nominal"), min_value=0, max_value=100_000, required=False)
-    borrowing_limit = forms.IntegerField(label=gettext_lazy("Borrowing limit"), min_value=0, max_value=100_000, required=False)
-    lending_limit = forms.IntegerField(label=gettext_lazy("Lending limit"), min_value=0, max_value=100_000, required=False)
+    borrowing_limit = forms.IntegerField(
+        label=gettext_lazy("Borrowing limit"), min_value=0, max_value=100_000, required=False
+    )
+    lending_limit = forms.IntegerField(
+        label=gettext_lazy("Lending limit"), min_value=0, max_value=100_000, required=False
+    )
 
     def clean(self):
         data = super().clean()
-        if data.get("nominal") is None and (data.get("borrowing_limit") is not None or data.get("lending_limit") is not None):
+        if data.get("nominal") is None and (
+            data.get("borrowing_limit") is not None or data.get("lending_limit") is not None
+        ):
             raise forms.ValidationError(_("Set a nominal quota, or leave the limits empty."))
         return data
 
@@ -170,18 +214,33 @@ def quotas(request, slug):
         raise PermissionDenied(_("Only platform admins can change quotas."))
     action = request.POST.get("action", "")
     rows = [
-        (pool, QuotaRowForm(request.POST or None, prefix=f"pool{pool.pk}", initial={
-            "nominal": quota.nominal if quota else None,
-            "borrowing_limit": quota.borrowing_limit if quota else None,
-            "lending_limit": quota.lending_limit if quota else None,
-        }))
+        (
+            pool,
+            QuotaRowForm(
+                request.POST or None,
+                prefix=f"pool{pool.pk}",
+                initial={
+                    "nominal": quota.nominal if quota else None,
+                    "borrowing_limit": quota.borrowing_limit if quota else None,
+                    "lending_limit": quota.lending_limit if quota else None,
+                },
+            ),
+        )
         for pool, quota in job_usage.pools_with_quotas(department=department)
     ]
-    context = {"department": department, "section": "quotas", "editable": editable, "rows": rows,
-               "current": job_usage.department_quotas(department=department), "mode": "edit"}
+    context = {
+        "department": department,
+        "section": "quotas",
+        "editable": editable,
+        "rows": rows,
+        "current": job_usage.department_quotas(department=department),
+        "mode": "edit",
+    }
     if request.method == "POST" and action in ("preview", "save") and all(form.is_valid() for _pool, form in rows):
         chosen = [(pool, form) for pool, form in rows if form.cleaned_data["nominal"] is not None]
-        items = [{"cluster": pool.cluster.name, "gpu_type": pool.gpu_type, **form.cleaned_data} for pool, form in chosen]
+        items = [
+            {"cluster": pool.cluster.name, "gpu_type": pool.gpu_type, **form.cleaned_data} for pool, form in chosen
+        ]
         try:
             if action == "save":
                 services.quota_set(actor=request.user, department=department, quotas=items)
@@ -193,23 +252,35 @@ def quotas(request, slug):
                 if problems:
                     show_errors(form, InvalidInput(problems))
         else:
-            jobs = job_usage.jobs_by_id(ids=[d.job_id for d in (*decisions.admissions, *decisions.preemptions, *decisions.waiting)])
-            context.update(mode="preview", proposed=items, preview={
-                "admitted": [{"job": jobs[d.job_id]} for d in decisions.admissions],
-                "preempted": [{"job": jobs[d.job_id], "message": d.message} for d in decisions.preemptions],
-                "waiting": [{"job": jobs[d.job_id], "message": d.message} for d in decisions.waiting],
-            })
+            jobs = job_usage.jobs_by_id(
+                ids=[d.job_id for d in (*decisions.admissions, *decisions.preemptions, *decisions.waiting)]
+            )
+            context.update(
+                mode="preview",
+                proposed=items,
+                preview={
+                    "admitted": [{"job": jobs[d.job_id]} for d in decisions.admissions],
+                    "preempted": [{"job": jobs[d.job_id], "message": d.message} for d in decisions.preemptions],
+                    "waiting": [{"job": jobs[d.job_id], "message": d.message} for d in decisions.waiting],
+                },
+            )
     status = 400 if request.method == "POST" and context["mode"] == "edit" and action != "edit" else 200
     return render(request, "frontend/console/quotas.html", context, status=status)
 
 
 # --- Priority classes ---------------------------------------------------------------
 
+
 class PriorityForm(forms.Form):
-    value = forms.IntegerField(label=gettext_lazy("Value"), min_value=-1_000_000_000, max_value=1_000_000_000,
-                               help_text=gettext_lazy("Higher is scheduled first."))
-    preemptible = forms.BooleanField(label=gettext_lazy("Preemptible"), required=False,
-                                     help_text=gettext_lazy("Jobs of this class may be evicted."))
+    value = forms.IntegerField(
+        label=gettext_lazy("Value"),
+        min_value=-1_000_000_000,
+        max_value=1_000_000_000,
+        help_text=gettext_lazy("Higher is scheduled first."),
+    )
+    preemptible = forms.BooleanField(
+        label=gettext_lazy("Preemptible"), required=False, help_text=gettext_lazy("Jobs of this class may be evicted.")
+    )
     description = forms.CharField(label=gettext_lazy("Description"), max_length=200, required=False)
 
 
@@ -233,9 +304,17 @@ def priorities(request):
         else:
             messages.success(request, _("Priority class %(name)s created.") % {"name": priority.name})
             return redirect("console:priorities")
-    return render(request, "frontend/console/priorities.html", {
-        "section": "priorities", "editable": editable, "form": form, "priorities": selectors.priority_classes(),
-    }, status=400 if request.method == "POST" else 200)
+    return render(
+        request,
+        "frontend/console/priorities.html",
+        {
+            "section": "priorities",
+            "editable": editable,
+            "form": form,
+            "priorities": selectors.priority_classes(),
+        },
+        status=400 if request.method == "POST" else 200,
+    )
 
 
 @login_required
@@ -243,8 +322,10 @@ def priority_edit(request, name):
     if not permissions.is_platform_admin(request.user):
         raise PermissionDenied(_("Only platform admins can change priority classes."))
     priority = get_object_or_404(PriorityClass, name=name)
-    form = PriorityForm(request.POST or None, initial={
-        "value": priority.value, "preemptible": priority.preemptible, "description": priority.description})
+    form = PriorityForm(
+        request.POST or None,
+        initial={"value": priority.value, "preemptible": priority.preemptible, "description": priority.description},
+    )
     if request.method == "POST" and form.is_valid():
         try:
             services.priority_class_update(actor=request.user, priority=priority, **form.cleaned_data)
@@ -253,27 +334,53 @@ def priority_edit(request, name):
         else:
             messages.success(request, _("Priority class %(name)s saved.") % {"name": priority.name})
             return redirect("console:priorities")
-    return render(request, "frontend/console/priority_edit.html", {
-        "section": "priorities", "priority": priority, "form": form,
-    }, status=400 if request.method == "POST" else 200)
+    return render(
+        request,
+        "frontend/console/priority_edit.html",
+        {
+            "section": "priorities",
+            "priority": priority,
+            "form": form,
+        },
+        status=400 if request.method == "POST" else 200,
+    )
 
 
 # --- Storage ------------------------------------------------------------------------
 
+
 class StorageForm(forms.Form):
-    kind = forms.ChoiceField(label=gettext_lazy("Kind"), choices=[
-        (Storage.Kind.LOCAL, gettext_lazy("Local path")), (Storage.Kind.PVC, gettext_lazy("PersistentVolumeClaim"))])
-    local_path = forms.CharField(label=gettext_lazy("Local path"), max_length=500, required=False,
-                                 help_text=gettext_lazy("For local storage: an existing directory on the cluster's hosts, "
-                                                           "outside the portal's own and the system's directories."))
-    pvc_name = forms.CharField(label=gettext_lazy("Claim name"), max_length=253, required=False,
-                               help_text=gettext_lazy("For Kubernetes: the PersistentVolumeClaim in the department's namespace."))
+    kind = forms.ChoiceField(
+        label=gettext_lazy("Kind"),
+        choices=[
+            (Storage.Kind.LOCAL, gettext_lazy("Local path")),
+            (Storage.Kind.PVC, gettext_lazy("PersistentVolumeClaim")),
+        ],
+    )
+    local_path = forms.CharField(
+        label=gettext_lazy("Local path"),
+        max_length=500,
+        required=False,
+        help_text=gettext_lazy(
+            "For local storage: an existing directory on the cluster's hosts, "
+            "outside the portal's own and the system's directories."
+        ),
+    )
+    pvc_name = forms.CharField(
+        label=gettext_lazy("Claim name"),
+        max_length=253,
+        required=False,
+        help_text=gettext_lazy("For Kubernetes: the PersistentVolumeClaim in the department's namespace."),
+    )
     description = forms.CharField(label=gettext_lazy("Description"), max_length=200, required=False)
 
 
 class StorageCreateForm(StorageForm):
-    name = forms.CharField(label=gettext_lazy("Name"), max_length=60,
-                           help_text=gettext_lazy("Jobs mount it by this name; it cannot be changed later."))
+    name = forms.CharField(
+        label=gettext_lazy("Name"),
+        max_length=60,
+        help_text=gettext_lazy("Jobs mount it by this name; it cannot be changed later."),
+    )
     field_order = ["name", "kind", "local_path", "pvc_name", "description"]
 
 
@@ -289,17 +396,32 @@ def storage(request, slug):
         else:
             messages.success(request, _("Storage %(name)s created.") % {"name": created.name})
             return redirect("console:storage", slug=department.slug)
-    return render(request, "frontend/console/storage.html", {
-        "department": department, "section": "storage", "form": form, "storages": cluster_selectors.storages_of(department=department),
-    }, status=400 if request.method == "POST" else 200)
+    return render(
+        request,
+        "frontend/console/storage.html",
+        {
+            "department": department,
+            "section": "storage",
+            "form": form,
+            "storages": cluster_selectors.storages_of(department=department),
+        },
+        status=400 if request.method == "POST" else 200,
+    )
 
 
 @login_required
 def storage_edit(request, slug, storage_id):
     department = managed_department(request, slug)
     volume = get_object_or_404(Storage.objects.select_related("department"), pk=storage_id, department=department)
-    form = StorageForm(request.POST or None, initial={
-        "kind": volume.kind, "local_path": volume.local_path, "pvc_name": volume.pvc_name, "description": volume.description})
+    form = StorageForm(
+        request.POST or None,
+        initial={
+            "kind": volume.kind,
+            "local_path": volume.local_path,
+            "pvc_name": volume.pvc_name,
+            "description": volume.description,
+        },
+    )
     if request.method == "POST" and form.is_valid():
         try:
             storage_services.storage_update(actor=request.user, storage=volume, values=form.cleaned_data)
@@ -308,9 +430,17 @@ def storage_edit(request, slug, storage_id):
         else:
             messages.success(request, _("Storage %(name)s saved.") % {"name": volume.name})
             return redirect("console:storage", slug=department.slug)
-    return render(request, "frontend/console/storage_edit.html", {
-        "department": department, "section": "storage", "volume": volume, "form": form,
-    }, status=400 if request.method == "POST" else 200)
+    return render(
+        request,
+        "frontend/console/storage_edit.html",
+        {
+            "department": department,
+            "section": "storage",
+            "volume": volume,
+            "form": form,
+        },
+        status=400 if request.method == "POST" else 200,
+    )
 
 
 @login_required
@@ -326,12 +456,21 @@ def storage_delete(request, slug, storage_id):
         else:
             messages.success(request, _("Storage %(name)s deleted.") % {"name": volume.name})
             return redirect("console:storage", slug=department.slug)
-    return render(request, "frontend/console/storage_delete.html", {
-        "department": department, "section": "storage", "volume": volume, "error": error,
-    }, status=409 if error else 200)
+    return render(
+        request,
+        "frontend/console/storage_delete.html",
+        {
+            "department": department,
+            "section": "storage",
+            "volume": volume,
+            "error": error,
+        },
+        status=409 if error else 200,
+    )
 
 
 # --- Usage report -------------------------------------------------------------------
+
 
 @login_required
 def usage(request):
@@ -339,8 +478,14 @@ def usage(request):
     chosen = _managed_filter(request, request.GET.get("department", ""))
     departments = [chosen] if chosen else list(account_selectors.departments_managed(user=request.user))
     start, end = request.GET.get("from", ""), request.GET.get("to", "")
-    context = {"section": "usage", "departments": account_selectors.departments_managed(user=request.user), "chosen": chosen,
-               "start": start, "end": end, "errors": {}}
+    context = {
+        "section": "usage",
+        "departments": account_selectors.departments_managed(user=request.user),
+        "chosen": chosen,
+        "start": start,
+        "end": end,
+        "errors": {},
+    }
     try:
         report = job_usage.usage_get(departments=departments, start=start, end=end, now=timezone.now())
     except InvalidInput as exc:
@@ -351,8 +496,12 @@ def usage(request):
         query["department"] = chosen.slug
     csv_url = reverse("api-usage")
     context.update(
-        report=report, start=report.start.isoformat(), end=report.end.isoformat(),
-        by_user=report.rows("user"), by_gpu_type=report.rows("gpu_type"), by_day=report.rows("day"),
+        report=report,
+        start=report.start.isoformat(),
+        end=report.end.isoformat(),
+        by_user=report.rows("user"),
+        by_gpu_type=report.rows("gpu_type"),
+        by_day=report.rows("day"),
         chart={"days": [day.isoformat() for day in report.days], "series": report.daily_series()},
         csv_links=[(group, f"{csv_url}?{urlencode({**query, 'group_by': group})}") for group in job_usage.USAGE_GROUPS],
     )
@@ -361,6 +510,7 @@ def usage(request):
 
 # --- Audit log ----------------------------------------------------------------------
 
+
 @login_required
 def audit(request):
     _require_console(request.user)
@@ -368,10 +518,20 @@ def audit(request):
     action = request.GET.get("action", "")
     events = account_selectors.audit_events(user=request.user, department=chosen, action=action)
     page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
-    filters = urlencode({key: value for key, value in (("department", chosen.slug if chosen else ""), ("action", action)) if value})
-    return render(request, "frontend/console/audit.html", {
-        "section": "audit", "departments": account_selectors.departments_managed(user=request.user), "chosen": chosen,
-        "action": action, "actions": account_selectors.audit_action_families(user=request.user), "page": page,
-        "rows": [(event, json.dumps(event.data, indent=1, sort_keys=True, default=str)) for event in page],
-        "filters": filters,
-    })
+    filters = urlencode(
+        {key: value for key, value in (("department", chosen.slug if chosen else ""), ("action", action)) if value}
+    )
+    return render(
+        request,
+        "frontend/console/audit.html",
+        {
+            "section": "audit",
+            "departments": account_selectors.departments_managed(user=request.user),
+            "chosen": chosen,
+            "action": action,
+            "actions": account_selectors.audit_action_families(user=request.user),
+            "page": page,
+            "rows": [(event, json.dumps(event.data, indent=1, sort_keys=True, default=str)) for event in page],
+            "filters": filters,
+        },
+    )

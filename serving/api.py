@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
@@ -10,7 +9,8 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from serving import deployments
+from core.api import visible_or_404
+from serving import selectors, services
 from serving.filters import DeploymentFilter
 from serving.models import Deployment
 
@@ -35,8 +35,11 @@ class GuardrailsSerializer(serializers.Serializer):
 class RolloutSerializer(serializers.Serializer):
     """A canary or rolling plan (traffic.CanaryPlan / RollingPlan); every key optional, defaults there."""
 
-    steps = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=100), required=False,
-                                  help_text="canary: the new variant's weight at each step, ending at 100")
+    steps = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=100),
+        required=False,
+        help_text="canary: the new variant's weight at each step, ending at 100",
+    )
     step_percent = serializers.IntegerField(min_value=1, max_value=100, required=False, help_text="rolling")
     step_seconds = serializers.FloatField(min_value=0, required=False)
     min_requests = serializers.IntegerField(min_value=0, required=False)
@@ -82,11 +85,11 @@ class DeploymentOutputSerializer(serializers.Serializer):
 
     @extend_schema_field(VariantOutputSerializer(many=True))
     def get_variants(self, deployment) -> list[dict]:
-        return [deployments.variant_view(v) for v in deployments.variants_of(deployment)]
+        return [selectors.variant_view(v) for v in selectors.variants_of(deployment)]
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_rollout(self, deployment) -> dict:
-        return deployments.rollout_view(deployment)
+        return selectors.rollout_view(deployment)
 
     def get_serve_url(self, deployment) -> str:
         return f"/serve/{deployment.name}/predict"
@@ -96,10 +99,9 @@ class DeploymentOutputSerializer(serializers.Serializer):
 
 
 def _get(request, name: str) -> Deployment:
-    deployment = deployments.deployment_get(user=request.user, name=name)
-    if deployment is None:
-        raise Http404("No deployment with that name in your departments.")
-    return deployment
+    return visible_or_404(
+        selectors.deployment_get(user=request.user, name=name), "No deployment with that name in your departments."
+    )
 
 
 def _out(deployment, code=status.HTTP_200_OK) -> Response:
@@ -113,7 +115,7 @@ class DeploymentListApi(GenericAPIView):
 
     @extend_schema(responses=DeploymentOutputSerializer(many=True))
     def get(self, request):
-        queryset = deployments.with_variants(self.filter_queryset(deployments.deployments_for(user=request.user)))
+        queryset = selectors.with_variants(self.filter_queryset(selectors.deployments_for(user=request.user)))
         page = self.paginate_queryset(queryset)
         return self.get_paginated_response(DeploymentOutputSerializer(page, many=True).data)
 
@@ -121,7 +123,7 @@ class DeploymentListApi(GenericAPIView):
     def post(self, request):
         serializer = DeploymentInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        deployment = deployments.deployment_create(user=request.user, **serializer.validated_data)
+        deployment = services.deployment_create(user=request.user, **serializer.validated_data)
         return _out(deployment, status.HTTP_201_CREATED)
 
 
@@ -135,7 +137,7 @@ class DeploymentDetailApi(APIView):
         deployment = _get(request, name)
         serializer = DeploymentPatchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        deployment = deployments.deployment_update(user=request.user, deployment=deployment, **serializer.validated_data)
+        deployment = services.deployment_update(user=request.user, deployment=deployment, **serializer.validated_data)
         return _out(deployment)
 
 
@@ -145,14 +147,17 @@ class DeploymentPromoteApi(APIView):
         deployment = _get(request, name)
         serializer = PromoteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        return _out(deployments.deployment_promote(user=request.user, deployment=deployment,
-                                                   variant=serializer.validated_data["variant"]))
+        return _out(
+            services.deployment_promote(
+                user=request.user, deployment=deployment, variant=serializer.validated_data["variant"]
+            )
+        )
 
 
 class DeploymentRollbackApi(APIView):
     @extend_schema(request=None, responses=DeploymentOutputSerializer)
     def post(self, request, name: str):
-        return _out(deployments.deployment_rollback(user=request.user, deployment=_get(request, name)))
+        return _out(services.deployment_rollback(user=request.user, deployment=_get(request, name)))
 
 
 class LatencySerializer(serializers.Serializer):
@@ -200,4 +205,4 @@ class MetricsSerializer(serializers.Serializer):
 class DeploymentMetricsApi(APIView):
     @extend_schema(responses=MetricsSerializer)
     def get(self, request, name: str):
-        return Response(deployments.deployment_metrics(deployment=_get(request, name)))
+        return Response(selectors.deployment_metrics(deployment=_get(request, name)))

@@ -7,14 +7,14 @@ Async, and on every prediction's path, so per request it does no database query 
 - callers are recognised from an in-memory cache of token identities (TOKEN_TTL seconds; a revoked token
   stops working within that) or from the browser session (with CSRF, as DRF does);
 - the deployment's routing table is kept in memory and compared with the database at most once a second
-  (deployments.routing_signature: the revision and the servers' addresses), and replaced as a whole, so
+  (selectors.routing_signature: the revision and the servers' addresses), and replaced as a whole, so
   a request sees either the old routing or the new one, never a mix;
 - the variant is chosen by traffic.choose (sticky by X-Routing-Key when the deployment is sticky), the
   request forwarded over pooled keep-alive connections, one client per event loop (serving/client.py);
 - shadow variants get a copy from a separate task after the answer is ready: their latency and errors
   never reach the caller; their answers are compared with the primary's (traffic.agree);
 - counters and latency histograms are summed in memory and added to VariantStats every FLUSH_SECONDS or
-  every FLUSH_REQUESTS requests (deployments.stats_flush), request_id -> variant kept in the cache for
+  every FLUSH_REQUESTS requests (services.stats_flush), request_id -> variant kept in the cache for
   feedback for FEEDBACK_TTL seconds.
 Outsiders get 404 as if the deployment did not exist; anonymous callers 401.
 Nothing is sent to a local model server whose port another process serves (a job that killed it and bound
@@ -46,11 +46,11 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
+from accounts import permissions, tokens
 from clusters import local_procs
-from serving import deployments, servers, traffic
+from serving import selectors, servers, services, traffic
 from serving.backends.client import UpstreamError
 from serving.backends.client import client as model_client
-from accounts import permissions, tokens
 
 logger = logging.getLogger(__name__)
 TABLE_CHECK_SECONDS = 1.0
@@ -66,6 +66,7 @@ _PREFIX = b'{"predictions":'
 
 
 # --- Routing tables ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Route:
@@ -100,15 +101,29 @@ def _table_of(data: dict) -> Table:
         address = urlsplit(variant["url"])
         # KServe's addresses carry no port (http://<name>.<namespace>.svc.cluster.local): the scheme's default.
         port = address.port or (443 if address.scheme == "https" else 80)
-        route = Route(id=variant["id"], name=variant["name"], host=address.hostname, port=port,
-                      path=address.path, model_version=variant["model_version"])
+        route = Route(
+            id=variant["id"],
+            name=variant["name"],
+            host=address.hostname,
+            port=port,
+            path=address.path,
+            model_version=variant["model_version"],
+        )
         if variant["shadow"]:
             shadows.append(route)
         elif variant["weight"] > 0:
             routes[route.name] = route
             choices.append((route.name, variant["weight"]))
-    return Table(name=data["name"], department_id=data["department_id"], sticky=data["sticky"], choices=tuple(choices),
-                 routes=routes, shadows=tuple(shadows), signature=data["signature"], checked_at=time.monotonic())
+    return Table(
+        name=data["name"],
+        department_id=data["department_id"],
+        sticky=data["sticky"],
+        choices=tuple(choices),
+        routes=routes,
+        shadows=tuple(shadows),
+        signature=data["signature"],
+        checked_at=time.monotonic(),
+    )
 
 
 async def _table(name: str) -> Table | None:
@@ -118,10 +133,10 @@ async def _table(name: str) -> Table | None:
         return table
     if table is not None:
         table.checked_at = now  # the other requests of this second keep using it meanwhile
-        signature = await sync_to_async(_fresh(deployments.routing_signature))(name)
+        signature = await sync_to_async(_fresh(selectors.routing_signature))(name)
         if signature == table.signature:
             return table
-    data = await sync_to_async(_fresh(deployments.routing_table))(name)
+    data = await sync_to_async(_fresh(selectors.routing_table))(name)
     if data is None:
         _tables.pop(name, None)
         return None
@@ -136,6 +151,7 @@ def tables_forget() -> None:
 
 
 # --- Callers -----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Caller:
@@ -156,7 +172,9 @@ def _token_caller(key: str) -> Caller | None:
     if token is None:
         return None
     user = token.user
-    return Caller(user.pk, permissions.is_platform_admin(user), frozenset(permissions.roles(user)), time.monotonic() + TOKEN_TTL)
+    return Caller(
+        user.pk, permissions.is_platform_admin(user), frozenset(permissions.roles(user)), time.monotonic() + TOKEN_TTL
+    )
 
 
 def _session_caller(user) -> Caller:
@@ -204,9 +222,11 @@ async def _caller(request) -> Caller | Reply:
 def _fresh(function):
     """Database reads of the fast path, which runs outside Django's request cycle: drop a connection that
     is too old or broken first, as Django does at each request's start."""
+
     def run(*args, **kwargs):
         db.close_old_connections()
         return function(*args, **kwargs)
+
     return run
 
 
@@ -265,7 +285,7 @@ async def _flush() -> None:
     if not deltas:
         return
     try:
-        await _in_writer(deployments.stats_flush, deltas=deltas)
+        await _in_writer(services.stats_flush, deltas=deltas)
     except Exception:  # the database is away or locked: keep the counts for the next flush
         logger.warning("could not write the router's counters; trying again in %s s", FLUSH_SECONDS, exc_info=True)
         for variant_id, delta in deltas.items():
@@ -281,11 +301,13 @@ async def _in_writer(function, **kwargs):
 
     Not sync_to_async: its default thread belongs to the request, and is gone by the time a timer fires.
     One thread, so flushes apply one after another; its connection is closed after each write."""
+
     def run():
         try:
             return function(**kwargs)
         finally:
             db.connection.close()
+
     return await asyncio.get_running_loop().run_in_executor(_writer, run)
 
 
@@ -302,6 +324,7 @@ def _spawn(coroutine) -> None:
 
 # --- Upstream ----------------------------------------------------------------------------------------
 
+
 @dataclass
 class _Owner:
     address: tuple[str, int]
@@ -314,7 +337,7 @@ _owners: dict[int, _Owner] = {}  # variant id -> the last full look at its serve
 
 
 async def _refusal(route: Route) -> str:
-    """"" when the route's server is the process the portal started for it; otherwise why it is not used."""
+    """ "" when the route's server is the process the portal started for it; otherwise why it is not used."""
     seen = _owners.get(route.id)
     now = time.monotonic()
     if seen is not None and seen.address == (route.host, route.port):
@@ -367,7 +390,9 @@ async def _predict(caller: Caller, deployment: str, body: bytes, routing_key: st
         return _error(400, problem, field="instances")
     if not table.choices:
         return _error(503, "No variant of this deployment has a ready model server yet; try again shortly.", retry=True)
-    route = table.routes[traffic.choose(table.choices, routing_key=routing_key, sticky=table.sticky, rng=random).variant]
+    route = table.routes[
+        traffic.choose(table.choices, routing_key=routing_key, sticky=table.sticky, rng=random).variant
+    ]
     refusal = await _refusal(route)
     if refusal:
         table.checked_at = 0.0  # its server is failed now: look at the database on the next request
@@ -412,8 +437,11 @@ async def _feedback(caller: Caller, deployment: str, body: bytes) -> Reply:
         return _error(400, "request_id must be the request_id of a prediction.", field="request_id")
     remembered = await _recall(request_id)
     if remembered is None or remembered[0] != deployment:
-        return _error(404, "Unknown or expired request_id for this deployment (feedback is kept for 24 hours, once).",
-                      field="request_id")
+        return _error(
+            404,
+            "Unknown or expired request_id for this deployment (feedback is kept for 24 hours, once).",
+            field="request_id",
+        )
     _, variant_id, variant_name = remembered
     counters = _counters(variant_id)
     counters["outcomes"] += 1
@@ -423,6 +451,7 @@ async def _feedback(caller: Caller, deployment: str, body: bytes) -> Reply:
 
 
 # --- Django views (token or session callers) ---------------------------------------------------------
+
 
 @csrf_exempt  # token callers have no CSRF token; session callers are checked in _caller
 async def predict(request, deployment: str):
@@ -471,6 +500,7 @@ def asgi_fast_path(django_app):
     (no session, no CSRF, no locale), so config/asgi.py may put this in front of Django. Session callers,
     anonymous ones and every other path still go through Django and the views above, with the same answers.
     """
+
     async def app(scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "POST" and (match := _FAST_PATH.match(scope["path"])):
             headers = dict(scope["headers"])
@@ -489,12 +519,21 @@ def asgi_fast_path(django_app):
                     else:
                         reply = await _feedback(caller, match[1], body)
                 status, payload, extra = reply
-                await send({"type": "http.response.start", "status": status, "headers": [
-                    (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                    *((name.lower().encode(), value.encode()) for name, value in extra)]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": status,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode()),
+                            *((name.lower().encode(), value.encode()) for name, value in extra),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": payload})
                 return
         await django_app(scope, receive, send)
+
     return app
 
 
@@ -514,6 +553,7 @@ async def _read_body(receive) -> bytes | None:
 
 
 # --- Helpers -----------------------------------------------------------------------------------------
+
 
 def _remember(request_id: str, deployment: str, route: Route) -> None:
     value = (deployment, route.id, route.name)

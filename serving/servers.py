@@ -42,8 +42,12 @@ FAULT_TAGS = ("delay_ms", "fail_rate")
 
 NOT_OURS = "This server's process is not the one the portal started; it was stopped and will be started again."
 
-STARTING, READY, FAILED, STOPPED = (ModelServer.Status.STARTING, ModelServer.Status.READY,
-                                    ModelServer.Status.FAILED, ModelServer.Status.STOPPED)
+STARTING, READY, FAILED, STOPPED = (
+    ModelServer.Status.STARTING,
+    ModelServer.Status.READY,
+    ModelServer.Status.FAILED,
+    ModelServer.Status.STOPPED,
+)
 
 
 def serving_backend(cluster: Cluster | None = None) -> ServingBackend:
@@ -54,11 +58,14 @@ def serving_backend(cluster: Cluster | None = None) -> ServingBackend:
         return LocalServingBackend(Path(settings.PORTAL_DATA_ROOT) / "serving", sandboxed=False if trusted else None)
     if cluster.backend == Cluster.Backend.KUBERNETES:
         try:
-            return KubernetesServingBackend(kube_for(cluster), ServingSettings.from_settings(cluster.name, cluster.settings))
+            return KubernetesServingBackend(
+                kube_for(cluster), ServingSettings.from_settings(cluster.name, cluster.settings)
+            )
         except (ExecutorError, ManifestError) as exc:
             raise ServingError(getattr(exc, "message", str(exc)), permanent=True) from exc
-    raise ServingError(f"Cluster {cluster.name} uses the {cluster.backend} backend, which cannot serve models.",
-                       permanent=True)
+    raise ServingError(
+        f"Cluster {cluster.name} uses the {cluster.backend} backend, which cannot serve models.", permanent=True
+    )
 
 
 class _Backends(dict):
@@ -83,7 +90,9 @@ def servers_reconcile(*, now: datetime | None = None) -> dict[str, int]:
             _reconcile_one(variant, backend, counts, now=now)
         except ServingError as exc:
             # The cluster cannot be asked right now (or is misconfigured): say so on the row, try again later.
-            ModelServer.objects.filter(variant=variant).exclude(status=READY).update(message=exc.message, checked_at=now)
+            ModelServer.objects.filter(variant=variant).exclude(status=READY).update(
+                message=exc.message, checked_at=now
+            )
             logger.warning("model server of variant %s: %s", variant.pk, exc.message)
     counts["stopped"] = _stop_orphans(backends)
     return counts
@@ -102,7 +111,8 @@ def _reconcile_one(variant: Variant, backend: ServingBackend, counts: dict[str, 
         if process is not None:
             backend.stop(process)  # a failed InferenceService stays until deleted; a dead process: no-op
         ModelServer.objects.filter(pk=server.pk, status=READY, pid=server.pid).update(
-            status=FAILED, checked_at=now, message=message)
+            status=FAILED, checked_at=now, message=message
+        )
         server.refresh_from_db()
     if server.status == STARTING:
         if process is not None and backend.alive(process):
@@ -110,10 +120,12 @@ def _reconcile_one(variant: Variant, backend: ServingBackend, counts: dict[str, 
                 if not _owns(backend, process):  # another process answers on its port
                     backend.stop(process)
                     ModelServer.objects.filter(pk=server.pk, status=STARTING, pid=server.pid).update(
-                        status=FAILED, checked_at=now, message=NOT_OURS)
+                        status=FAILED, checked_at=now, message=NOT_OURS
+                    )
                     return
                 counts["ready"] += ModelServer.objects.filter(pk=server.pk, status=STARTING, pid=server.pid).update(
-                    status=READY, checked_at=now, message="", url=_url(backend, process))
+                    status=READY, checked_at=now, message="", url=_url(backend, process)
+                )
                 return
             if server.started_at and now - server.started_at < START_TIMEOUT:
                 return
@@ -126,7 +138,8 @@ def _reconcile_one(variant: Variant, backend: ServingBackend, counts: dict[str, 
             if process is not None:
                 backend.stop(process)
         ModelServer.objects.filter(pk=server.pk, status=STARTING, pid=server.pid).update(
-            status=FAILED, checked_at=now, message=message)
+            status=FAILED, checked_at=now, message=message
+        )
         server.refresh_from_db()
     if server.status == FAILED:
         waited = (now - server.checked_at).total_seconds() if server.checked_at else MAX_BACKOFF_SECONDS
@@ -140,6 +153,7 @@ def _reconcile_one(variant: Variant, backend: ServingBackend, counts: dict[str, 
 @dataclass(frozen=True)
 class Owner:
     """server_verify's answer: may the router send to that address, and which process to watch meanwhile."""
+
     ours: bool
     message: str = ""
     pid: int | None = None  # a local server's process, and its start time: looked at on every request
@@ -149,8 +163,11 @@ class Owner:
 def server_verify(*, variant_id: int, host: str, port: int) -> Owner:
     """Is host:port, where the router would send the variant's requests, served by the process the portal
     started for it? A local server that is not is stopped and marked failed; servers_reconcile starts it again."""
-    server = (ModelServer.objects.select_related("variant__version__model", "variant__deployment__cluster")
-              .filter(variant_id=variant_id).first())
+    server = (
+        ModelServer.objects.select_related("variant__version__model", "variant__deployment__cluster")
+        .filter(variant_id=variant_id)
+        .first()
+    )
     if server is None or server.status != READY:
         return Owner(ours=False, message="Its model server is not ready any more; try again shortly.")
     cluster = server.variant.deployment.cluster
@@ -164,8 +181,12 @@ def server_verify(*, variant_id: int, host: str, port: int) -> Owner:
         return Owner(ours=True, pid=process.pid, started=int(process.handle) if process.handle else None)
     exited = process is None or (not backend.alive(process) and not backend.ready(process))
     message = "The server exited; restarting it." if exited else NOT_OURS
-    if ModelServer.objects.filter(pk=server.pk, status=READY, pid=server.pid).update(
-            status=FAILED, checked_at=timezone.now(), message=message) and process is not None:
+    if (
+        ModelServer.objects.filter(pk=server.pk, status=READY, pid=server.pid).update(
+            status=FAILED, checked_at=timezone.now(), message=message
+        )
+        and process is not None
+    ):
         backend.stop(process)  # only our own process: its pid and start time are checked, never the one on the port
     return Owner(ours=False, message=message)
 
@@ -202,15 +223,23 @@ def servers_stop(*, deployment: Deployment | None = None) -> int:
 def _start(server: ModelServer, variant: Variant, backend: ServingBackend, *, now: datetime, restart: bool) -> int:
     # Claimed with a conditional update, so that two reconcilers never start two servers for one variant.
     claimed = ModelServer.objects.filter(pk=server.pk, status=server.status, pid=server.pid).update(
-        status=STARTING, pid=None, url="", handle="", started_at=now, checked_at=now,
-        restarts=F("restarts") + (1 if restart else 0), message="Starting.")
+        status=STARTING,
+        pid=None,
+        url="",
+        handle="",
+        started_at=now,
+        checked_at=now,
+        restarts=F("restarts") + (1 if restart else 0),
+        message="Starting.",
+    )
     if not claimed:
         return 0
     try:
         process = backend.start(_spec(variant))
     except (ServingError, ArtifactError, ExecutorError) as exc:
-        ModelServer.objects.filter(pk=server.pk).update(status=FAILED, message=getattr(exc, "message", str(exc)),
-                                                        checked_at=now)
+        ModelServer.objects.filter(pk=server.pk).update(
+            status=FAILED, message=getattr(exc, "message", str(exc)), checked_at=now
+        )
         return 0
     ModelServer.objects.filter(pk=server.pk).update(url=process.url, pid=process.pid, handle=process.handle)
     return 1
@@ -218,15 +247,26 @@ def _start(server: ModelServer, variant: Variant, backend: ServingBackend, *, no
 
 def _spec(variant: Variant) -> ServerSpec:
     version, cluster = variant.version, variant.deployment.cluster
-    common = {"server_id": variant.pk, "model_name": server_model_name(variant), "artifact": artifact_path(version),
-              "store_root": store_root(), "faults": _faults(version)}
+    common = {
+        "server_id": variant.pk,
+        "model_name": server_model_name(variant),
+        "artifact": artifact_path(version),
+        "store_root": store_root(),
+        "faults": _faults(version),
+    }
     if cluster is None or cluster.backend == Cluster.Backend.LOCAL:
         return ServerSpec(**common)
     department = variant.deployment.department.slug
     target = InferenceTarget(
-        server_id=variant.pk, deployment=variant.deployment.name, variant=variant.name, department=department,
-        namespace=cluster_settings(cluster).namespace(department), artifact_uri=version.artifact_uri,
-        framework=version.framework, replicas=variant.replicas)
+        server_id=variant.pk,
+        deployment=variant.deployment.name,
+        variant=variant.name,
+        department=department,
+        namespace=cluster_settings(cluster).namespace(department),
+        artifact_uri=version.artifact_uri,
+        framework=version.framework,
+        replicas=variant.replicas,
+    )
     return KServeSpec(**common, target=target)
 
 

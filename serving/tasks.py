@@ -2,11 +2,11 @@
 
 from celery import shared_task
 
-from serving import deployments, servers
+from serving import servers, services
 
 
 @shared_task(expires=10)
 def reconcile_servers() -> None:
     """Model servers (start, notice ready or dead, restart, stop orphans), then one step of running rollouts."""
     servers.servers_reconcile()
-    deployments.deployments_progress()
+    services.deployments_progress()

@@ -7,38 +7,41 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from core.api import visible_or_404
 from core.errors import Conflict, InvalidInput
-from serving import deployments
+from serving import selectors, services
 from serving.models import Deployment
 
 
 def _visible(request, name: str) -> Deployment:
-    deployment = deployments.deployment_get(user=request.user, name=name)
-    if deployment is None:
-        raise Http404(_("No deployment with that name in your departments."))
-    return deployment
+    return visible_or_404(
+        selectors.deployment_get(user=request.user, name=name), _("No deployment with that name in your departments.")
+    )
 
 
 @login_required
 def deployment_list(request):
     department = request.GET.get("department", "")
-    rows = deployments.deployments_for(user=request.user, department=department).prefetch_related("variants__version")
+    rows = selectors.deployments_for(user=request.user, department=department).prefetch_related("variants__version")
     return render(request, "models_registry/deployments/list.html", {"deployments": rows, "department": department})
 
 
 @login_required
 def deployment_detail(request, name: str):
     deployment = _visible(request, name)
-    return render(request, "models_registry/deployments/detail.html", {
-        "deployment": deployment,
-        "metrics": deployments.deployment_metrics(deployment=deployment),
-        "history": deployments.rollout_view(deployment)["history"],
-    })
+    return render(
+        request,
+        "models_registry/deployments/detail.html",
+        {
+            "deployment": deployment,
+            "metrics": selectors.deployment_metrics(deployment=deployment),
+            "history": selectors.rollout_view(deployment)["history"],
+        },
+    )
 
 
 @login_required
@@ -47,7 +50,7 @@ def deployment_promote(request, name: str):
     deployment = _visible(request, name)
     variant = request.POST.get("variant", "")
     try:
-        deployments.deployment_promote(user=request.user, deployment=deployment, variant=variant)
+        services.deployment_promote(user=request.user, deployment=deployment, variant=variant)
     except InvalidInput as exc:
         messages.error(request, " ".join(str(m) for ms in exc.errors.values() for m in ms))
     else:
@@ -60,7 +63,7 @@ def deployment_promote(request, name: str):
 def deployment_rollback(request, name: str):
     deployment = _visible(request, name)
     try:
-        deployments.deployment_rollback(user=request.user, deployment=deployment)
+        services.deployment_rollback(user=request.user, deployment=deployment)
     except Conflict as exc:
         messages.error(request, str(exc))
     else:

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Protocol
 
 from clusters import listeners, local_procs, sandbox
-from clusters.errors import ExecutorError
+from clusters.backends import BackendError, ProcessBackend, free_port
 
 
-class BoardError(ExecutorError):
-    """A board could not be started or reached; ``permanent`` says whether trying again can help: an ExecutorError."""
+class BoardError(BackendError):
+    """A board could not be started or reached; ``permanent`` says whether trying again can help."""
 
 
 @dataclass(frozen=True)
@@ -37,23 +37,11 @@ class BoardProcess:
     handle: str = ""  # backend-specific identity (local: the process start time in clock ticks)
 
 
-class BoardBackend(Protocol):
-    def start(self, spec: BoardSpec) -> BoardProcess:
-        """Start serving ``spec``; returns at once, before it answers."""
+class BoardBackend(ProcessBackend[BoardSpec, BoardProcess], Protocol):
+    """start, alive, ready (does it answer on its port?), stop, output (clusters.backends), and:"""
 
     def sync_runs(self, spec: BoardSpec) -> None:
         """Show exactly ``spec.runs`` on a running board (a job got a new run since the start)."""
-
-    def alive(self, process: BoardProcess) -> bool: ...
-
-    def ready(self, process: BoardProcess) -> bool:
-        """Does it answer on its port?"""
-
-    def stop(self, process: BoardProcess) -> None:
-        """SIGTERM, a short grace, then SIGKILL."""
-
-    def output(self, board_id: int) -> str:
-        """The last lines it printed, to say why it died."""
 
 
 class LocalBoardBackend:
@@ -63,8 +51,9 @@ class LocalBoardBackend:
     Links rather than --logdir_spec so that a job's new run shows up without a restart.
     """
 
-    def __init__(self, root: Path, *, binary: Path | None = None, stop_grace_seconds: float = 5,
-                 sandboxed: bool | None = None):
+    def __init__(
+        self, root: Path, *, binary: Path | None = None, stop_grace_seconds: float = 5, sandboxed: bool | None = None
+    ):
         self.root = Path(root)
         self.binary = binary or Path(sys.executable).parent / "tensorboard"
         self.stop_grace_seconds = stop_grace_seconds
@@ -75,20 +64,34 @@ class LocalBoardBackend:
         if not self.binary.exists():
             raise BoardError(f"TensorBoard is not installed: {self.binary} is missing.", permanent=True)
         self.sync_runs(spec)
-        port = _free_port()
+        port = free_port()
         # --host 127.0.0.1: never the wildcard; jobs' sandboxes have their own loopback, so it is out of their reach.
         # --load_fast false: the pure-Python loader, not the Rust data server (one process, no extra binary).
         runs = self._folder(spec.board_id) / "runs"
-        argv = [str(self.binary), "--logdir", str(runs), "--path_prefix",
-                spec.path_prefix, "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"]
+        argv = [
+            str(self.binary),
+            "--logdir",
+            str(runs),
+            "--path_prefix",
+            spec.path_prefix,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--load_fast",
+            "false",
+        ]
         if self.sandboxed:
             for _name, folder in spec.runs:  # a job's folder the board opens before the job ran (it must be there)
                 with contextlib.suppress(OSError):
                     os.makedirs(folder, exist_ok=True)
             # It sees the runs' folders and nothing else of this disk (a run added later needs a restart to show,
             # unless it is a new run-<n> inside a job's folder, which is already there).
-            argv = sandbox.server_argv(argv, readable=[str(runs), *(folder for _name, folder in spec.runs)],
-                                       env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+            argv = sandbox.server_argv(
+                argv,
+                readable=[str(runs), *(folder for _name, folder in spec.runs)],
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            )
         try:
             pid, started = local_procs.start_detached(argv, log=self._folder(spec.board_id) / "tensorboard.log")
             if self.sandboxed:
@@ -113,14 +116,17 @@ class LocalBoardBackend:
             raise BoardError(f"cannot prepare the runs of TensorBoard {spec.board_id}: {exc}", permanent=False) from exc
 
     def alive(self, process: BoardProcess) -> bool:
-        return process.pid is not None and local_procs.alive(process.pid, int(process.handle) if process.handle else None)
+        return process.pid is not None and local_procs.alive(
+            process.pid, int(process.handle) if process.handle else None
+        )
 
     def owns(self, process: BoardProcess) -> bool:
         """Does the process started here (or a child of it) hold every listener on its address? A job that
         killed the board and bound its port must never be proxied to. TensorBoard has no Unix-socket flag."""
         try:
-            return listeners.is_ours(process.pid, int(process.handle) if process.handle else None,
-                                     process.host, process.port)
+            return listeners.is_ours(
+                process.pid, int(process.handle) if process.handle else None, process.host, process.port
+            )
         except (OSError, ValueError):
             return False
 
@@ -132,17 +138,12 @@ class LocalBoardBackend:
             return False
 
     def stop(self, process: BoardProcess) -> None:
-        local_procs.stop_detached(process.pid, int(process.handle) if process.handle else None,
-                                  grace=self.stop_grace_seconds)
+        local_procs.stop_detached(
+            process.pid, int(process.handle) if process.handle else None, grace=self.stop_grace_seconds
+        )
 
     def output(self, board_id: int) -> str:
         return local_procs.log_tail(self._folder(board_id) / "tensorboard.log")
 
     def _folder(self, board_id: int) -> Path:
         return self.root / str(board_id)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -17,9 +17,10 @@ import re
 from dataclasses import dataclass
 
 from clusters import pod_security
+from clusters.backends import kube_call, kube_where
 from clusters.errors import ExecutorError
-from clusters.manifest_validation import ManifestInvalid, check_manifests
 from clusters.k8s import DEPARTMENT_LABEL, MANAGED_BY, ClusterSettings
+from clusters.manifest_validation import ManifestInvalid, check_manifests
 from jobs.executors.manifests import job_tensorboard_subpath
 from tensorboards.backends import BoardError, BoardProcess, BoardSpec
 
@@ -49,8 +50,12 @@ def board_name(board_id: int) -> str:
 
 
 def board_labels(board_id: int, department: str) -> dict[str, str]:
-    return {BOARD_LABEL: str(board_id), DEPARTMENT_LABEL: department, "app.kubernetes.io/name": "tensorboard",
-            "app.kubernetes.io/managed-by": MANAGED_BY}
+    return {
+        BOARD_LABEL: str(board_id),
+        DEPARTMENT_LABEL: department,
+        "app.kubernetes.io/name": "tensorboard",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
 
 
 def board_manifests(spec: KubeBoardSpec, cluster: ClusterSettings, *, image: str = DEFAULT_IMAGE) -> list[dict]:
@@ -66,36 +71,62 @@ def board_manifests(spec: KubeBoardSpec, cluster: ClusterSettings, *, image: str
         args = ["--logdir_spec", ",".join(f"{run}:{RUNS_DIR}/{run}" for run, _ in spec.runs), *args]
     else:  # a job that has not run yet: an empty board, not a crashing one
         args = ["--logdir", RUNS_DIR, *args]
-    mounts = [{"name": "job-volume", "mountPath": f"{RUNS_DIR}/{run}", "subPath": subpath, "readOnly": True}
-              for run, subpath in spec.runs]
-    probe = {"httpGet": {"path": spec.path_prefix.rstrip("/") + "/", "port": PORT},
-             "periodSeconds": 5, "failureThreshold": 3}
+    mounts = [
+        {"name": "job-volume", "mountPath": f"{RUNS_DIR}/{run}", "subPath": subpath, "readOnly": True}
+        for run, subpath in spec.runs
+    ]
+    probe = {
+        "httpGet": {"path": spec.path_prefix.rstrip("/") + "/", "port": PORT},
+        "periodSeconds": 5,
+        "failureThreshold": 3,
+    }
     container = {
-        "name": "tensorboard", "image": cluster.image(image), "command": ["tensorboard"], "args": args,
+        "name": "tensorboard",
+        "image": cluster.image(image),
+        "command": ["tensorboard"],
+        "args": args,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "volumeMounts": mounts, "readinessProbe": probe,
+        "volumeMounts": mounts,
+        "readinessProbe": probe,
         "env": [{"name": name, "value": value} for name, value in pod_security.scratch_env().items()],
         "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
         "securityContext": pod_security.container_security_context(read_only_root=False),
     }
     # Read-only per mount, not per volume: kubelet must be able to create the subPath of a job that has
     # not written any event file yet, or the pod would not start.
-    pod = {"containers": [container], "automountServiceAccountToken": False, "enableServiceLinks": False,
-           "securityContext": pod_security.pod_security_context(cluster.run_as_user, cluster.run_as_group),
-           "volumes": [{"name": "job-volume", "persistentVolumeClaim": {"claimName": cluster.job_volume_pvc}}]}
+    pod = {
+        "containers": [container],
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security.pod_security_context(cluster.run_as_user, cluster.run_as_group),
+        "volumes": [{"name": "job-volume", "persistentVolumeClaim": {"claimName": cluster.job_volume_pvc}}],
+    }
     if cluster.image_pull_secret:
         pod["imagePullSecrets"] = [{"name": cluster.image_pull_secret}]
     runs = ",".join(f"{run}={subpath}" for run, subpath in spec.runs)
     deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": {TEMPLATE_ANNOTATION: runs}},
-        "spec": {"replicas": 1, "selector": {"matchLabels": selector},
-                 "template": {"metadata": {"labels": labels}, "spec": pod}},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {TEMPLATE_ANNOTATION: runs},
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
     }
     service = {
-        "apiVersion": "v1", "kind": "Service",
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"selector": selector, "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": PORT, "protocol": "TCP"}]},
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": PORT, "protocol": "TCP"}],
+        },
     }
     manifests = [deployment, service]
     try:
@@ -106,7 +137,9 @@ def board_manifests(spec: KubeBoardSpec, cluster: ClusterSettings, *, image: str
 
 
 class KubernetesBoardBackend:
-    def __init__(self, kube, cluster: ClusterSettings, *, image: str = DEFAULT_IMAGE, cluster_domain: str = "cluster.local"):
+    def __init__(
+        self, kube, cluster: ClusterSettings, *, image: str = DEFAULT_IMAGE, cluster_domain: str = "cluster.local"
+    ):
         self.kube = kube  # clusters.kube.Kube
         self.cluster = cluster
         self.image = image
@@ -117,12 +150,17 @@ class KubernetesBoardBackend:
         for manifest in (deployment, service):
             obj, created = self._call(lambda manifest=manifest: self.kube.create(manifest))
             if not created and (obj.get("metadata") or {}).get("deletionTimestamp"):
-                raise BoardError(f"TensorBoard {spec.board_id} is still being removed; it starts again once it is gone.",
-                                 permanent=False)
+                raise BoardError(
+                    f"TensorBoard {spec.board_id} is still being removed; it starts again once it is gone.",
+                    permanent=False,
+                )
         self.sync_runs(spec)  # a Deployment left from before may show other runs
         metadata = service["metadata"]
-        return BoardProcess(host=f"{metadata['name']}.{metadata['namespace']}.svc.{self.cluster_domain}",
-                            port=SERVICE_PORT, handle=f"{metadata['namespace']}/{metadata['name']}")
+        return BoardProcess(
+            host=f"{metadata['name']}.{metadata['namespace']}.svc.{self.cluster_domain}",
+            port=SERVICE_PORT,
+            handle=f"{metadata['namespace']}/{metadata['name']}",
+        )
 
     def sync_runs(self, spec: KubeBoardSpec) -> None:
         """Give the Deployment the wanted runs (its pod restarts with the new mounts) when they changed."""
@@ -131,10 +169,15 @@ class KubernetesBoardBackend:
         current = self._call(lambda: self.kube.get("apps/v1", "Deployment", metadata["namespace"], metadata["name"]))
         if current is None:
             return
-        if (current["metadata"].get("annotations") or {}).get(TEMPLATE_ANNOTATION) == metadata["annotations"][TEMPLATE_ANNOTATION]:
+        if (current["metadata"].get("annotations") or {}).get(TEMPLATE_ANNOTATION) == metadata["annotations"][
+            TEMPLATE_ANNOTATION
+        ]:
             return
         # The whole container list is replaced by a merge patch (lists are atomic in it): args and mounts together.
-        patch = {"metadata": {"annotations": metadata["annotations"]}, "spec": {"template": deployment["spec"]["template"]}}
+        patch = {
+            "metadata": {"annotations": metadata["annotations"]},
+            "spec": {"template": deployment["spec"]["template"]},
+        }
         self._call(lambda: self.kube.patch("apps/v1", "Deployment", metadata["namespace"], metadata["name"], patch))
 
     def alive(self, process: BoardProcess) -> bool:
@@ -176,14 +219,8 @@ class KubernetesBoardBackend:
 
     @staticmethod
     def _call(operation):
-        try:
-            return operation()
-        except ExecutorError as exc:  # KubeError: the API server's own message
-            raise BoardError(exc.message, permanent=exc.permanent) from exc
+        return kube_call(operation, BoardError)
 
 
 def _where(process: BoardProcess) -> tuple[str, str]:
-    namespace, _, name = process.handle.partition("/")
-    if not namespace or not name:
-        raise BoardError(f"{process.handle!r} does not name a TensorBoard on a cluster (namespace/name).", permanent=True)
-    return namespace, name
+    return kube_where(process.handle, BoardError, "a TensorBoard on a cluster")

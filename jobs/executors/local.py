@@ -63,9 +63,18 @@ def free_ports(count: int) -> list[int]:
 
 class LocalExecutor:
     def __init__(
-        self, root: Path, *, python: str | None = None, allow_local_code: bool = True, master_addr: str = "127.0.0.1",
-        isolation: str = "sandbox", uid_base: int = 200000, protected_paths: tuple[str, ...] = (),
-        allowed_indexes: tuple[str, ...] = (), extra_ro_paths: tuple[str, ...] = (), shared_code: tuple[str, ...] = (),
+        self,
+        root: Path,
+        *,
+        python: str | None = None,
+        allow_local_code: bool = True,
+        master_addr: str = "127.0.0.1",
+        isolation: str = "sandbox",
+        uid_base: int = 200000,
+        protected_paths: tuple[str, ...] = (),
+        allowed_indexes: tuple[str, ...] = (),
+        extra_ro_paths: tuple[str, ...] = (),
+        shared_code: tuple[str, ...] = (),
         shared_storage: tuple[str, ...] = (),
     ):
         self.root = Path(root)
@@ -98,23 +107,26 @@ class LocalExecutor:
                 return  # launched before; poll() looks after it if its runner is gone
             master_port, *tf_ports = free_ports(1 + (job.workers if job.framework == "tensorflow" else 0))
             uid = self._uid(job.department) if self.isolation == "sandbox" and os.geteuid() == 0 else None
-            write_json(jobdir.launch_file, {
-                "job": dataclasses.asdict(job),
-                "placement": dataclasses.asdict(placement),
-                "master_addr": self.master_addr,
-                "master_port": master_port,
-                "tf_ports": tf_ports,
-                "python": self.python,
-                "envs": str(self.root / "envs"),
-                "allow_local_code": self.allow_local_code,
-                "isolation": self.isolation,
-                "uid": uid,
-                "gid": uid,
-                "launched_at": time.time(),
-                "local_source": os.path.realpath(local_path(job.code_url)) if is_local_code(job.code_url) else None,
-                "allowed_indexes": list(self.allowed_indexes),
-                "extra_ro_paths": list(self.extra_ro_paths),
-            })
+            write_json(
+                jobdir.launch_file,
+                {
+                    "job": dataclasses.asdict(job),
+                    "placement": dataclasses.asdict(placement),
+                    "master_addr": self.master_addr,
+                    "master_port": master_port,
+                    "tf_ports": tf_ports,
+                    "python": self.python,
+                    "envs": str(self.root / "envs"),
+                    "allow_local_code": self.allow_local_code,
+                    "isolation": self.isolation,
+                    "uid": uid,
+                    "gid": uid,
+                    "launched_at": time.time(),
+                    "local_source": os.path.realpath(local_path(job.code_url)) if is_local_code(job.code_url) else None,
+                    "allowed_indexes": list(self.allowed_indexes),
+                    "extra_ro_paths": list(self.extra_ro_paths),
+                },
+            )
             jobdir.write_state(phase=STARTING, launched_at=time.time())
             try:
                 self._start_runner(jobdir, lock, adopt=False)
@@ -203,7 +215,8 @@ class LocalExecutor:
             # Checked again here, not only when the storage was saved: a symlink on the way may have moved since.
             real = os.path.realpath(mount.source)
             protected = _inside(real, self.protected_paths) and not (
-                _inside(real, self.shared_storage) and real not in self.shared_storage)
+                _inside(real, self.shared_storage) and real not in self.shared_storage
+            )
             if not os.path.isabs(mount.source) or protected or real == "/":
                 problems.append(f"storage {mount.name!r} points at {mount.source}, inside the portal's own folders")
             elif not os.path.isabs(mount.path) or ".." in mount.path.split("/") or _inside(mount.path, RESERVED_PATHS):
@@ -248,8 +261,15 @@ class LocalExecutor:
             # sh starts the runner in the background and exits at once: the runner is nobody's child
             # here, so it outlives this process and leaves no zombie in it.
             subprocess.run(
-                ["sh", "-c", '"$@" &', "sh", *argv], cwd=_SOURCE_ROOT, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=log, pass_fds=(lock,), start_new_session=True, check=True, timeout=30,
+                ["sh", "-c", '"$@" &', "sh", *argv],
+                cwd=_SOURCE_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(lock,),
+                start_new_session=True,
+                check=True,
+                timeout=30,
             )
 
     def _supervise(self, jobdir: JobDir) -> dict | None:

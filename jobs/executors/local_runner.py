@@ -68,13 +68,31 @@ from jobs.executors.local_setup import CODE_AT, SANDBOX_PATH, SetupSteps, inheri
 LAUNCHER = Path(__file__).with_name("sandbox_init.py")
 
 RESERVED = (
-    "PORTAL_JOB_ID", "PORTAL_JOB_NAME", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PORTAL_GPU_FRACTION", "TENSORBOARD_LOG_DIR", "PORTAL_OUTPUT_DIR",
-    "PORTAL_CHECKPOINT_DIR", "PORTAL_RUN_INDEX", "PORTAL_RESUMED", "VIRTUAL_ENV", "PYTHONUNBUFFERED",
+    "PORTAL_JOB_ID",
+    "PORTAL_JOB_NAME",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TF_CONFIG",
+    "CUDA_VISIBLE_DEVICES",
+    "PORTAL_GPU_FRACTION",
+    "TENSORBOARD_LOG_DIR",
+    "PORTAL_OUTPUT_DIR",
+    "PORTAL_CHECKPOINT_DIR",
+    "PORTAL_RUN_INDEX",
+    "PORTAL_RESUMED",
+    "VIRTUAL_ENV",
+    "PYTHONUNBUFFERED",
 )
 
 # Where a sandboxed job finds its folders.
-OUTPUT_AT, TENSORBOARD_AT, CHECKPOINT_AT = "/portal/output", "/portal/tensorboard", "/portal/checkpoint"  # CODE_AT: local_setup.py
+OUTPUT_AT, TENSORBOARD_AT, CHECKPOINT_AT = (
+    "/portal/output",
+    "/portal/tensorboard",
+    "/portal/checkpoint",
+)  # CODE_AT: local_setup.py
 EXIT_AT, WORKERS_AT, LAUNCHER_AT = "/portal/exit", "/portal/workers.json", "/portal/init.py"
 SANDBOX_MASTER_PORT = 29500
 # --------------------------------------------------------------------------------------------- runner
@@ -106,30 +124,40 @@ class View:
 
 
 def worker_env(
-    spec: JobSpec, placement: WorkerPlacement, *, local_rank: int, view: View, launch: dict, sandboxed: bool,
+    spec: JobSpec,
+    placement: WorkerPlacement,
+    *,
+    local_rank: int,
+    view: View,
+    launch: dict,
+    sandboxed: bool,
     visible_gpus: str | None = None,
 ) -> dict[str, str]:
     """The job environment contract (docs/architecture.md), as one worker sees it."""
     env = inherited_env(sandboxed=sandboxed)
     env.update({k: v for k, v in spec.env.items() if k not in RESERVED})
     path = env.get("PATH") or os.defpath
-    env.update({
-        "PORTAL_JOB_ID": spec.job_id,
-        "PORTAL_JOB_NAME": spec.name,
-        "WORLD_SIZE": str(spec.workers),
-        "RANK": str(placement.worker),
-        "LOCAL_RANK": str(local_rank),
-        "MASTER_ADDR": "127.0.0.1" if sandboxed else launch["master_addr"],
-        "MASTER_PORT": str(view.master_port),
-        "CUDA_VISIBLE_DEVICES": visible_gpus if visible_gpus is not None else ",".join(str(g) for g in placement.gpus),
-        "TENSORBOARD_LOG_DIR": view.tensorboard,
-        "PORTAL_OUTPUT_DIR": view.output,
-        "PORTAL_CHECKPOINT_DIR": view.checkpoint,
-        "PORTAL_RUN_INDEX": str(spec.run_index),
-        "VIRTUAL_ENV": view.env,
-        "PATH": f"{view.env}/bin:{_without_portal_venv(path)}",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "PORTAL_JOB_ID": spec.job_id,
+            "PORTAL_JOB_NAME": spec.name,
+            "WORLD_SIZE": str(spec.workers),
+            "RANK": str(placement.worker),
+            "LOCAL_RANK": str(local_rank),
+            "MASTER_ADDR": "127.0.0.1" if sandboxed else launch["master_addr"],
+            "MASTER_PORT": str(view.master_port),
+            "CUDA_VISIBLE_DEVICES": visible_gpus
+            if visible_gpus is not None
+            else ",".join(str(g) for g in placement.gpus),
+            "TENSORBOARD_LOG_DIR": view.tensorboard,
+            "PORTAL_OUTPUT_DIR": view.output,
+            "PORTAL_CHECKPOINT_DIR": view.checkpoint,
+            "PORTAL_RUN_INDEX": str(spec.run_index),
+            "VIRTUAL_ENV": view.env,
+            "PATH": f"{view.env}/bin:{_without_portal_venv(path)}",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     if spec.run_index > 0:
         env["PORTAL_RESUMED"] = "1"
     for mount in spec.mounts:
@@ -140,7 +168,9 @@ def worker_env(
         addr = "127.0.0.1" if sandboxed else launch["master_addr"]
         ports = [SANDBOX_MASTER_PORT + 1 + i for i in range(spec.workers)] if sandboxed else launch["tf_ports"]
         hosts = [f"{addr}:{port}" for port in ports]
-        env["TF_CONFIG"] = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": placement.worker}})
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": placement.worker}}
+        )
     return env
 
 
@@ -228,9 +258,12 @@ class Runner(SetupSteps):
 
     def check_setup_time(self) -> None:
         if time.time() > self.setup_deadline:
-            raise Ended(FAILED, "setup_timeout",
-                        f"setting up the job (fetching the code and building its environment) took longer than the "
-                        f"cluster's setup_timeout_seconds ({self.spec.setup_timeout_seconds} s) and was stopped")
+            raise Ended(
+                FAILED,
+                "setup_timeout",
+                f"setting up the job (fetching the code and building its environment) took longer than the "
+                f"cluster's setup_timeout_seconds ({self.spec.setup_timeout_seconds} s) and was stopped",
+            )
 
     def checkpoint(self) -> None:
         self.check_cancel()
@@ -240,10 +273,24 @@ class Runner(SetupSteps):
 
     def view(self, env_dir: Path) -> View:
         if self.sandboxed:
-            return View(CODE_AT, OUTPUT_AT, TENSORBOARD_AT, CHECKPOINT_AT, venvs.ENV_AT, SANDBOX_MASTER_PORT,
-                        {m.name: m.path for m in self.spec.mounts})
-        return View(str(self.job.code), str(self.job.output), str(self.tensorboard_dir), str(self.checkpoint_dir),
-                    str(env_dir), self.launch["master_port"], {m.name: m.source for m in self.spec.mounts})
+            return View(
+                CODE_AT,
+                OUTPUT_AT,
+                TENSORBOARD_AT,
+                CHECKPOINT_AT,
+                venvs.ENV_AT,
+                SANDBOX_MASTER_PORT,
+                {m.name: m.path for m in self.spec.mounts},
+            )
+        return View(
+            str(self.job.code),
+            str(self.job.output),
+            str(self.tensorboard_dir),
+            str(self.checkpoint_dir),
+            str(env_dir),
+            self.launch["master_port"],
+            {m.name: m.source for m in self.spec.mounts},
+        )
 
     def start_workers(self, env_dir: Path) -> None:
         view = self.view(env_dir)
@@ -257,12 +304,22 @@ class Runner(SetupSteps):
                 per_node[placement.node] = local_rank + 1
                 # With only its GPUs' device nodes in the sandbox, CUDA numbers them from 0.
                 visible = ",".join(str(gpus.index(g)) for g in placement.gpus) if devices else None
-                env = worker_env(self.spec, placement, local_rank=local_rank, view=view, launch=self.launch,
-                                 sandboxed=self.sandboxed, visible_gpus=visible)
-                fd = os.open(self.job.log_file(placement.worker), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                env = worker_env(
+                    self.spec,
+                    placement,
+                    local_rank=local_rank,
+                    view=view,
+                    launch=self.launch,
+                    sandboxed=self.sandboxed,
+                    visible_gpus=visible,
+                )
+                fd = os.open(
+                    self.job.log_file(placement.worker), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+                )
                 fds.append(fd)
-                plan.append({"rank": placement.worker, "command": self.spec.command, "env": env, "cwd": view.code,
-                             "log_fd": fd})
+                plan.append(
+                    {"rank": placement.worker, "command": self.spec.command, "env": env, "cwd": view.code, "log_fd": fd}
+                )
             exit_dir = EXIT_AT if self.sandboxed else str(self.job.exits)
             write_json(self.job.workers_file, {"workers": plan, "exit_dir": exit_dir})
             launcher = [self.python, "-I", "-S"]
@@ -270,11 +327,20 @@ class Runner(SetupSteps):
                 self.proc, self.pod = self._start_sandbox(launcher, view, env_dir, devices, tuple(fds))
             else:
                 self.proc = subprocess.Popen(
-                    [*launcher, str(LAUNCHER), str(self.job.workers_file)], cwd=view.code, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=tuple(fds), start_new_session=True,
+                    [*launcher, str(LAUNCHER), str(self.job.workers_file)],
+                    cwd=view.code,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    pass_fds=tuple(fds),
+                    start_new_session=True,
                     env={"PATH": os.environ.get("PATH", os.defpath)},
                 )
-                self.pod = {"pid": self.proc.pid, "starttime": start_time(self.proc.pid), "started_at": start_time(self.proc.pid)}
+                self.pod = {
+                    "pid": self.proc.pid,
+                    "starttime": start_time(self.proc.pid),
+                    "started_at": start_time(self.proc.pid),
+                }
         finally:
             for fd in fds:
                 os.close(fd)
@@ -297,9 +363,16 @@ class Runner(SetupSteps):
         ]
         groups = tuple(sorted({os.stat(node).st_gid for node in devices if os.stat(node).st_gid != 0}))
         box = sandbox.Sandbox(
-            argv=[*launcher, LAUNCHER_AT, WORKERS_AT], cwd=CODE_AT, env={"PATH": SANDBOX_PATH}, binds=tuple(binds),
-            uid=self.uid, gid=self.gid, groups=groups, network=True,
-            gpus=tuple(sorted({g for w in self.placement.workers for g in w.gpus})), files=self.sandbox_files(),
+            argv=[*launcher, LAUNCHER_AT, WORKERS_AT],
+            cwd=CODE_AT,
+            env={"PATH": SANDBOX_PATH},
+            binds=tuple(binds),
+            uid=self.uid,
+            gid=self.gid,
+            groups=groups,
+            network=True,
+            gpus=tuple(sorted({g for w in self.placement.workers for g in w.gpus})),
+            files=self.sandbox_files(),
             as_pid_1=True,
         )
         try:
@@ -314,7 +387,9 @@ class Runner(SetupSteps):
         limit = self.spec.max_runtime_seconds
         while True:
             self.look_at_workers()
-            ended = judge(self.job, self.workers, deadline_passed=limit is not None and time.time() > started_at + limit)
+            ended = judge(
+                self.job, self.workers, deadline_passed=limit is not None and time.time() > started_at + limit
+            )
             if ended is not None:
                 break
             time.sleep(TICK)

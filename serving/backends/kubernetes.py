@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clusters.backends import kube_call, kube_where
 from clusters.errors import ExecutorError
-from clusters.manifest_validation import manifest_problems
 from clusters.k8s import MANAGED_BY, ManifestError
+from clusters.manifest_validation import manifest_problems
 from serving.backends import manifests
 from serving.backends.local import ServerProcess, ServerSpec, ServingError
 from serving.backends.manifests import API_VERSION, KIND, InferenceTarget, ServingSettings
@@ -40,7 +41,9 @@ class KubernetesServingBackend:
     def start(self, spec: KServeSpec) -> ServerProcess:
         """Create the InferenceService; one that exists already is given the wanted spec if it differs."""
         if spec.target is None:
-            raise ServingError("A Kubernetes model server needs its deployment's target (a KServeSpec).", permanent=True)
+            raise ServingError(
+                "A Kubernetes model server needs its deployment's target (a KServeSpec).", permanent=True
+            )
         try:
             manifest = manifests.inference_service(spec.target, self.settings)
         except ManifestError as exc:  # a setting is missing or wrong: an admin can act on the message
@@ -52,13 +55,20 @@ class KubernetesServingBackend:
         obj, created = self._call(lambda: self.kube.create(manifest))
         if not created:
             if (obj.get("metadata") or {}).get("deletionTimestamp"):
-                raise ServingError(f"InferenceService {metadata['name']} is still being deleted; starting it again "
-                                   "once it is gone.", permanent=False)
+                raise ServingError(
+                    f"InferenceService {metadata['name']} is still being deleted; starting it again once it is gone.",
+                    permanent=False,
+                )
             patch = manifests.spec_patch(obj, manifest)
             if patch is not None:
-                obj = self._call(lambda: self.kube.patch(API_VERSION, KIND, metadata["namespace"], metadata["name"], patch))
-        return ServerProcess(url=manifests.address(obj) if manifests.is_ready(obj) else "", model_name=metadata["name"],
-                             handle=f"{metadata['namespace']}/{metadata['name']}")
+                obj = self._call(
+                    lambda: self.kube.patch(API_VERSION, KIND, metadata["namespace"], metadata["name"], patch)
+                )
+        return ServerProcess(
+            url=manifests.address(obj) if manifests.is_ready(obj) else "",
+            model_name=metadata["name"],
+            handle=f"{metadata['namespace']}/{metadata['name']}",
+        )
 
     def ready(self, process: ServerProcess) -> bool:
         obj = self._get(process)
@@ -71,7 +81,9 @@ class KubernetesServingBackend:
 
     def alive(self, process: ServerProcess) -> bool:
         obj = self._get(process)
-        return obj is not None and not (obj.get("metadata") or {}).get("deletionTimestamp") and not manifests.failure(obj)
+        return (
+            obj is not None and not (obj.get("metadata") or {}).get("deletionTimestamp") and not manifests.failure(obj)
+        )
 
     def stop(self, process: ServerProcess) -> None:
         namespace, name = _where(process)
@@ -88,8 +100,9 @@ class KubernetesServingBackend:
             obj = found[0]
             metadata = obj["metadata"]
             lines = [text for text in (manifests.failure(obj), manifests.ready_condition(obj).get("message")) if text]
-            pods, _ = self.kube.list("v1", "Pod", namespace=metadata["namespace"],
-                                     labels=f"{manifests.ISVC_LABEL}={metadata['name']}")
+            pods, _ = self.kube.list(
+                "v1", "Pod", namespace=metadata["namespace"], labels=f"{manifests.ISVC_LABEL}={metadata['name']}"
+            )
             for pod in pods[:1]:
                 log = self.kube.pod_log(metadata["namespace"], pod["metadata"]["name"], container=PREDICTOR_CONTAINER)
                 lines += log.splitlines()[-LOG_LINES:]
@@ -106,8 +119,10 @@ class KubernetesServingBackend:
             server_id = (metadata.get("labels") or {}).get(manifests.SERVER_ID_LABEL, "")
             if server_id.isdigit() and not metadata.get("deletionTimestamp"):
                 running[int(server_id)] = ServerProcess(
-                    url=manifests.address(obj), model_name=metadata["name"],
-                    handle=f"{metadata['namespace']}/{metadata['name']}")
+                    url=manifests.address(obj),
+                    model_name=metadata["name"],
+                    handle=f"{metadata['namespace']}/{metadata['name']}",
+                )
         return running
 
     def forget(self, server_id: int) -> None:
@@ -119,14 +134,8 @@ class KubernetesServingBackend:
 
     @staticmethod
     def _call(operation):
-        try:
-            return operation()
-        except ExecutorError as exc:  # KubeError: the API server's own message
-            raise ServingError(exc.message, permanent=exc.permanent) from exc
+        return kube_call(operation, ServingError)
 
 
 def _where(process: ServerProcess) -> tuple[str, str]:
-    namespace, _, name = process.handle.partition("/")
-    if not namespace or not name:
-        raise ServingError(f"{process.handle!r} does not name an InferenceService (namespace/name).", permanent=True)
-    return namespace, name
+    return kube_where(process.handle, ServingError, "an InferenceService")

@@ -1,6 +1,6 @@
 """Model servers on this host (an adapter, like tensorboards/backends.py): one detached
 ``python -m serving.backends.server`` process per variant. No Django here:
-serving/deployments.py owns the rows and the rules (when to start, restart, stop).
+serving/servers.py owns the rows and the rules (when to start, restart, stop).
 
 Folder: <root>/<server_id>/server.log (its output, to say why it died).
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import http.client
 import json
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -21,11 +20,11 @@ from pathlib import Path
 from typing import Protocol
 
 from clusters import listeners, local_procs, sandbox
-from clusters.errors import ExecutorError
+from clusters.backends import BackendError, ProcessBackend, free_port
 
 
-class ServingError(ExecutorError):
-    """A server could not be started or reached; ``permanent`` says whether trying again can help: an ExecutorError."""
+class ServingError(BackendError):
+    """A server could not be started or reached; ``permanent`` says whether trying again can help."""
 
 
 @dataclass(frozen=True)
@@ -45,20 +44,9 @@ class ServerProcess:
     handle: str = ""  # the process start time in clock ticks: immune to PID reuse
 
 
-class ServingBackend(Protocol):
-    def start(self, spec: ServerSpec) -> ServerProcess:
-        """Start serving ``spec``; returns at once, before it answers."""
-
-    def ready(self, process: ServerProcess) -> bool:
-        """Does it answer KServe's readiness call with ready=true?"""
-
-    def alive(self, process: ServerProcess) -> bool: ...
-
-    def stop(self, process: ServerProcess) -> None:
-        """SIGTERM, a short grace, then SIGKILL."""
-
-    def output(self, server_id: int) -> str:
-        """The last lines it printed."""
+class ServingBackend(ProcessBackend[ServerSpec, ServerProcess], Protocol):
+    """start, alive, ready (does it answer KServe's readiness call with ready=true?), stop, output
+    (clusters.backends), and:"""
 
     def running(self) -> dict[int, ServerProcess]:
         """Every server this backend started that is still alive, by server id (to find orphans)."""
@@ -68,8 +56,9 @@ class ServingBackend(Protocol):
 
 
 class LocalServingBackend:
-    def __init__(self, root: Path, *, python: str | None = None, stop_grace_seconds: float = 5,
-                 sandboxed: bool | None = None):
+    def __init__(
+        self, root: Path, *, python: str | None = None, stop_grace_seconds: float = 5, sandboxed: bool | None = None
+    ):
         self.root = Path(root)
         self.python = python or sys.executable
         self.stop_grace_seconds = stop_grace_seconds
@@ -80,10 +69,25 @@ class LocalServingBackend:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ServingError(f"cannot prepare the folder of model server {spec.server_id}: {exc}", permanent=False) from exc
-        port = _free_port()
-        argv = [self.python, "-m", "serving.backends.server", "--model-name", spec.model_name,
-                "--artifact", str(spec.artifact), "--host", "127.0.0.1", "--port", str(port), "--store", str(spec.store_root)]
+            raise ServingError(
+                f"cannot prepare the folder of model server {spec.server_id}: {exc}", permanent=False
+            ) from exc
+        port = free_port()
+        argv = [
+            self.python,
+            "-m",
+            "serving.backends.server",
+            "--model-name",
+            spec.model_name,
+            "--artifact",
+            str(spec.artifact),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--store",
+            str(spec.store_root),
+        ]
         for name, value in sorted(spec.faults.items()):
             argv += [f"--{name.replace('_', '-')}", str(value)]
         checkout = Path(__file__).resolve().parents[2]
@@ -92,8 +96,10 @@ class LocalServingBackend:
             # The artifact is a job's pickle: loading it runs the job's code. The server sees that artifact, its
             # own module and the Python it runs on, nothing else of the portal (not its data root, not the store).
             argv = sandbox.server_argv(
-                argv, readable=[str(spec.artifact), str(checkout / "models_registry")],
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONPATH": str(checkout)})
+                argv,
+                readable=[str(spec.artifact), str(checkout / "models_registry")],
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONPATH": str(checkout)},
+            )
         try:
             pid, started = local_procs.start_detached(argv, log=folder / "server.log", extra_env=extra_env)
             if self.sandboxed:
@@ -101,7 +107,9 @@ class LocalServingBackend:
                 started = local_procs.start_time(pid)
         except (OSError, ValueError, subprocess.SubprocessError, sandbox.SandboxError) as exc:
             raise ServingError(f"cannot start the model server: {exc}", permanent=False) from exc
-        process = ServerProcess(url=f"http://127.0.0.1:{port}", model_name=spec.model_name, pid=pid, handle=str(started or ""))
+        process = ServerProcess(
+            url=f"http://127.0.0.1:{port}", model_name=spec.model_name, pid=pid, handle=str(started or "")
+        )
         # Written down here too, so that a server whose variant (and row) is gone can still be found and stopped.
         (folder / "process.json").write_text(json.dumps(asdict(process)))
         return process
@@ -127,11 +135,14 @@ class LocalServingBackend:
             return False
 
     def alive(self, process: ServerProcess) -> bool:
-        return process.pid is not None and local_procs.alive(process.pid, int(process.handle) if process.handle else None)
+        return process.pid is not None and local_procs.alive(
+            process.pid, int(process.handle) if process.handle else None
+        )
 
     def stop(self, process: ServerProcess) -> None:
-        local_procs.stop_detached(process.pid, int(process.handle) if process.handle else None,
-                                  grace=self.stop_grace_seconds)
+        local_procs.stop_detached(
+            process.pid, int(process.handle) if process.handle else None, grace=self.stop_grace_seconds
+        )
 
     def output(self, server_id: int) -> str:
         return local_procs.log_tail(self.root / str(server_id) / "server.log")
@@ -149,9 +160,3 @@ class LocalServingBackend:
 
     def forget(self, server_id: int) -> None:
         shutil.rmtree(self.root / str(server_id), ignore_errors=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

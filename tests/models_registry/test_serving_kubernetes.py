@@ -10,45 +10,76 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.manifest_validation import manifest_problems
+from accounts.models import Department
 from clusters.k8s import ManifestError
-from serving import servers
-from serving.models import Deployment, ModelServer, Variant
+from clusters.manifest_validation import manifest_problems
+from clusters.models import Cluster, GpuPool
 from models_registry.models import ModelVersion, RegisteredModel
-from serving.router import _table_of
-from serving.deployments import routing_table
+from quotas.models import Quota
+from serving import servers
 from serving.backends.kubernetes import KServeSpec, KubernetesServingBackend
 from serving.backends.local import ServingError
-from serving.backends.manifests import API_VERSION, KIND, InferenceTarget, ServingSettings, inference_service, is_ready, service_name
-from clusters.models import Cluster, GpuPool
-from accounts.models import Department
-from quotas.models import Quota
+from serving.backends.manifests import (
+    API_VERSION,
+    KIND,
+    InferenceTarget,
+    ServingSettings,
+    inference_service,
+    is_ready,
+    service_name,
+)
+from serving.models import Deployment, ModelServer, Variant
+from serving.router import _table_of
+from serving.selectors import routing_table
 
 NAMESPACE = "portal-vision"
 SETTINGS = ServingSettings(artifact_uri_prefix="pvc://portal-models/")
-TARGET = InferenceTarget(server_id=7, deployment="churn", variant="blue", department="vision", namespace=NAMESPACE,
-                         artifact_uri="store://churn-model/3/model.joblib", replicas=2)
+TARGET = InferenceTarget(
+    server_id=7,
+    deployment="churn",
+    variant="blue",
+    department="vision",
+    namespace=NAMESPACE,
+    artifact_uri="store://churn-model/3/model.joblib",
+    replicas=2,
+)
 
 
 def spec(target: InferenceTarget = TARGET) -> KServeSpec:
     return KServeSpec(server_id=target.server_id, model_name="unused", artifact=None, store_root=None, target=target)
 
 
-def kserve_reconciles(kube, name: str, *, ready: bool = True, url: str = "", namespace: str = NAMESPACE,
-                      observed: int | None = None, failure: str = "") -> dict:
+def kserve_reconciles(
+    kube,
+    name: str,
+    *,
+    ready: bool = True,
+    url: str = "",
+    namespace: str = NAMESPACE,
+    observed: int | None = None,
+    failure: str = "",
+) -> dict:
     """What KServe's controller writes into an InferenceService's status."""
     obj = kube.get(API_VERSION, KIND, namespace, name)
     status = {
         "observedGeneration": obj["metadata"]["generation"] if observed is None else observed,
-        "conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                        "message": "" if ready else "Revision is not ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True" if ready else "False",
+                "message": "" if ready else "Revision is not ready",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
     }
     if url:
         status["address"] = {"url": url}
         status["url"] = f"http://{name}.{namespace}.example.com"
     if failure:
-        status["modelStatus"] = {"transitionStatus": "BlockedByFailedLoad",
-                                 "lastFailureInfo": {"reason": "ModelLoadFailed", "message": failure}}
+        status["modelStatus"] = {
+            "transitionStatus": "BlockedByFailedLoad",
+            "lastFailureInfo": {"reason": "ModelLoadFailed", "message": failure},
+        }
     obj["status"] = status
     return kube.update(obj, status=True)
 
@@ -72,8 +103,12 @@ def test_it_builds_one_valid_inference_service_per_variant():
     assert manifest_problems(manifest) == []
     assert manifest["metadata"]["name"] == "churn-blue-7" and manifest["metadata"]["namespace"] == NAMESPACE
     assert manifest["metadata"]["labels"] == {
-        "portal/deployment": "churn", "portal/variant": "blue", "portal/server-id": "7", "portal/department": "vision",
-        "app.kubernetes.io/managed-by": "gpu-portal"}
+        "portal/deployment": "churn",
+        "portal/variant": "blue",
+        "portal/server-id": "7",
+        "portal/department": "vision",
+        "app.kubernetes.io/managed-by": "gpu-portal",
+    }
     predictor = manifest["spec"]["predictor"]
     assert predictor["model"]["modelFormat"] == {"name": "sklearn"}
     assert predictor["model"]["storageUri"] == "pvc://portal-models/churn-model/3/model.joblib"
@@ -84,13 +119,21 @@ def test_it_builds_one_valid_inference_service_per_variant():
 def test_it_names_services_as_dns_labels_short_enough_for_kserve_hosts():
     name = service_name("Very_Long_Deployment_Name_With_Capitals_and_more_words", "shadow", 123456)
     assert name.endswith("-123456") and len(name) <= 40 and name == name.lower() and name[0].isalpha()
-    assert manifest_problems(inference_service(
-        InferenceTarget(**{**TARGET.__dict__, "deployment": "9lives", "server_id": 3}), SETTINGS)) == []
+    assert (
+        manifest_problems(
+            inference_service(InferenceTarget(**{**TARGET.__dict__, "deployment": "9lives", "server_id": 3}), SETTINGS)
+        )
+        == []
+    )
 
 
 def test_it_maps_the_artifact_store_onto_the_cluster_with_the_setting():
-    s3 = ServingSettings(artifact_uri_prefix="s3://models/portal", serving_runtime="kserve-sklearnserver",
-                         serving_service_account="s3-reader", serving_max_replicas=5)
+    s3 = ServingSettings(
+        artifact_uri_prefix="s3://models/portal",
+        serving_runtime="kserve-sklearnserver",
+        serving_service_account="s3-reader",
+        serving_max_replicas=5,
+    )
     manifest = inference_service(TARGET, s3)
     assert manifest_problems(manifest) == []
     predictor = manifest["spec"]["predictor"]
@@ -109,7 +152,10 @@ def test_it_refuses_bad_settings_with_a_message():
 
 
 def test_readiness_needs_the_current_generation_observed():
-    obj = {"metadata": {"generation": 2}, "status": {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True"}]}}
+    obj = {
+        "metadata": {"generation": 2},
+        "status": {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
     assert not is_ready(obj)
     obj["status"]["observedGeneration"] = 2
     assert is_ready(obj)
@@ -148,7 +194,9 @@ def test_ready_only_when_kserve_says_ready_for_this_generation(backend, kube):
     assert not backend.ready(process) and backend.alive(process)
     kserve_reconciles(kube, "churn-blue-7", ready=True, observed=0, url="http://x.portal-vision.svc.cluster.local")
     assert not backend.ready(process)
-    kserve_reconciles(kube, "churn-blue-7", ready=True, url="http://churn-blue-7-predictor.portal-vision.svc.cluster.local")
+    kserve_reconciles(
+        kube, "churn-blue-7", ready=True, url="http://churn-blue-7-predictor.portal-vision.svc.cluster.local"
+    )
     assert backend.ready(process)
     assert backend.url(process) == "http://churn-blue-7-predictor.portal-vision.svc.cluster.local"
 
@@ -163,8 +211,14 @@ def test_a_model_that_failed_to_load_is_not_alive_and_says_why(backend, kube):
 def test_stop_deletes_it_and_running_finds_only_what_is_left(backend, kube):
     blue = backend.start(spec())
     green = backend.start(spec(InferenceTarget(**{**TARGET.__dict__, "server_id": 8, "variant": "green"})))
-    kube.seed({"apiVersion": API_VERSION, "kind": KIND,  # not the portal's: never reported nor stopped
-               "metadata": {"name": "someone-else", "namespace": NAMESPACE}, "spec": {"predictor": {}}})
+    kube.seed(
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,  # not the portal's: never reported nor stopped
+            "metadata": {"name": "someone-else", "namespace": NAMESPACE},
+            "spec": {"predictor": {}},
+        }
+    )
     assert sorted(backend.running()) == [7, 8]
     backend.stop(blue)
     assert kube.get(API_VERSION, KIND, NAMESPACE, "churn-blue-7") is None
@@ -187,20 +241,31 @@ def test_an_unreachable_cluster_is_a_transient_serving_error(backend, kube):
 def k8s_portal(world, settings, tmp_path, kube, namespace):
     settings.PORTAL_DATA_ROOT = tmp_path / "portal"
     settings.PORTAL_ARTIFACT_ROOT = tmp_path / "portal" / "artifacts"
-    cluster = Cluster.objects.create(name="gpu1", backend=Cluster.Backend.KUBERNETES,
-                                     settings={"kube_url": kube.url, "artifact_uri_prefix": "pvc://portal-models/"})
+    cluster = Cluster.objects.create(
+        name="gpu1",
+        backend=Cluster.Backend.KUBERNETES,
+        settings={"kube_url": kube.url, "artifact_uri_prefix": "pvc://portal-models/"},
+    )
     pool = GpuPool.objects.create(cluster=cluster, gpu_type="A100", nodes=1, gpus_per_node=8)
     Quota.objects.create(department=Department.objects.get(slug="vision"), pool=pool, nominal=4)
     model = RegisteredModel.objects.create(name="churn-model", department=Department.objects.get(slug="vision"))
     for number in (1, 2):
-        ModelVersion.objects.create(model=model, version=number, artifact_uri=f"store://churn-model/{number}/model.joblib")
+        ModelVersion.objects.create(
+            model=model, version=number, artifact_uri=f"store://churn-model/{number}/model.joblib"
+        )
     yield world
     servers.servers_stop()
 
 
 def test_a_deployment_on_a_kubernetes_cluster_goes_ready_through_reconcile(k8s_portal, kube):
-    body = {"name": "churn", "department": "vision", "model": "churn-model", "strategy": "ab", "cluster": "gpu1",
-            "variants": [{"name": "a", "version": 1, "weight": 70}, {"name": "b", "version": 2, "weight": 30}]}
+    body = {
+        "name": "churn",
+        "department": "vision",
+        "model": "churn-model",
+        "strategy": "ab",
+        "cluster": "gpu1",
+        "variants": [{"name": "a", "version": 1, "weight": 70}, {"name": "b", "version": 2, "weight": 30}],
+    }
     response = k8s_portal.api(k8s_portal.alice).post("/api/v1/deployments/", body, format="json")
     assert response.status_code == 201, response.json()
     assert response.json()["cluster"] == "gpu1"
@@ -226,14 +291,23 @@ def test_a_deployment_on_a_kubernetes_cluster_goes_ready_through_reconcile(k8s_p
     # The router calls the cluster's address, on the scheme's port, under KServe's model name.
     table = _table_of(routing_table("churn"))
     route = table.routes["b"]
-    assert (route.host, route.port, route.path) == (f"{name}.{NAMESPACE}.svc.cluster.local", 80,
-                                                     f"/v1/models/{name}:predict")
+    assert (route.host, route.port, route.path) == (
+        f"{name}.{NAMESPACE}.svc.cluster.local",
+        80,
+        f"/v1/models/{name}:predict",
+    )
     assert dict(table.choices) == {"a": 70, "b": 30}
 
 
 def test_a_crashed_inference_service_is_replaced_and_orphans_are_deleted(k8s_portal, kube):
-    body = {"name": "churn", "department": "vision", "model": "churn-model", "strategy": "ab", "cluster": "gpu1",
-            "variants": [{"name": "a", "version": 1, "weight": 100}]}
+    body = {
+        "name": "churn",
+        "department": "vision",
+        "model": "churn-model",
+        "strategy": "ab",
+        "cluster": "gpu1",
+        "variants": [{"name": "a", "version": 1, "weight": 100}],
+    }
     assert k8s_portal.api(k8s_portal.alice).post("/api/v1/deployments/", body, format="json").status_code == 201
     servers.servers_reconcile()
     [obj] = kube.list(API_VERSION, KIND, NAMESPACE)
@@ -257,10 +331,16 @@ def test_a_crashed_inference_service_is_replaced_and_orphans_are_deleted(k8s_por
 
 
 def test_a_deployment_defaults_to_the_departments_first_cluster(k8s_portal):
-    body = {"name": "local-one", "department": "vision", "model": "churn-model", "strategy": "ab",
-            "variants": [{"name": "a", "version": 1, "weight": 100}]}
+    body = {
+        "name": "local-one",
+        "department": "vision",
+        "model": "churn-model",
+        "strategy": "ab",
+        "variants": [{"name": "a", "version": 1, "weight": 100}],
+    }
     response = k8s_portal.api(k8s_portal.alice).post("/api/v1/deployments/", body, format="json")
     assert response.status_code == 201 and response.json()["cluster"] == "local"  # the demo's cluster is older
-    refused = k8s_portal.api(k8s_portal.alice).post("/api/v1/deployments/", {**body, "name": "x", "cluster": "nowhere"},
-                                                    format="json")
+    refused = k8s_portal.api(k8s_portal.alice).post(
+        "/api/v1/deployments/", {**body, "name": "x", "cluster": "nowhere"}, format="json"
+    )
     assert refused.status_code == 400 and "nowhere" in str(refused.json())

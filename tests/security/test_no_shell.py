@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.executors.base import FAILED, SUCCEEDED, Placement, WorkerPlacement
 from clusters.errors import ExecutorError
+from jobs.executors.base import FAILED, SUCCEEDED, Placement, WorkerPlacement
 from jobs.executors.local import LocalExecutor
 from jobs.executors.manifests import FETCH_SCRIPT, INSTALL_SCRIPT, job_manifests
 from tests.jobs.executor_contract import GitRepo, command_output
@@ -27,22 +27,45 @@ from tests.jobs.test_manifests import DEMO
 from tests.jobs.test_manifests import spec as manifest_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("config", "quotas", "jobs", "models_registry", "builds", "frontend", "webhooks", "portalctl")
+PACKAGES = (
+    "core",
+    "accounts",
+    "clusters",
+    "quotas",
+    "images",
+    "webhooks",
+    "jobs",
+    "tensorboards",
+    "models_registry",
+    "serving",
+    "demo",
+    "frontend",
+    "config",
+    "portalctl",
+)
 SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash", "zsh", "dash"}
 
 # (file, the script argument's source) -> why it is safe.
 ALLOWED = {
-    ("jobs/executors/manifests.py", "FETCH_SCRIPT"):
-        "constant; the code URL and ref come in as $PORTAL_CODE_URL / $PORTAL_CODE_REF env values",
-    ("jobs/executors/manifests.py", "INSTALL_SCRIPT"): "constant; the requirements come in as \"$@\" argv items",
-    ("jobs/executors/manifests.py", "job.command"):
-        "the job's own command, run by the job's own shell in its own container: that is what a command is",
-    ("jobs/executors/local_runner.py", "FETCH"): "constant; the URL, folder, ref and output file come in as \"$@\"",
-    ("jobs/executors/sandbox_init.py", "worker['command']"):
-        "the job's own command, run by the job's own shell inside its sandbox: that is what a command is",
+    (
+        "jobs/executors/manifests.py",
+        "FETCH_SCRIPT",
+    ): "constant; the code URL and ref come in as $PORTAL_CODE_URL / $PORTAL_CODE_REF env values",
+    ("jobs/executors/manifests.py", "INSTALL_SCRIPT"): 'constant; the requirements come in as "$@" argv items',
+    (
+        "jobs/executors/manifests.py",
+        "job.command",
+    ): "the job's own command, run by the job's own shell in its own container: that is what a command is",
+    ("jobs/executors/local_setup.py", "FETCH"): 'constant; the URL, folder, ref and output file come in as "$@"',
+    (
+        "jobs/executors/sandbox_init.py",
+        "worker['command']",
+    ): "the job's own command, run by the job's own shell inside its sandbox: that is what a command is",
     ("jobs/executors/local.py", "'\"$@\" &'"): "constant; starts the runner's argv in the background",
-    ("clusters/local_procs.py", "'log=$1; shift; \"$@\" >>\"$log\" 2>&1 </dev/null & echo $!'"):
-        "constant; the log path and argv come in as positional arguments",
+    (
+        "clusters/local_procs.py",
+        '\'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!\'',
+    ): "constant; the log path and argv come in as positional arguments",
 }
 
 
@@ -67,23 +90,36 @@ def findings() -> tuple[list[str], set[tuple[str, str]]]:
             if isinstance(node, ast.Call):
                 function = dotted(node.func)
                 where = f"{name}:{node.lineno}: {ast.unparse(node)[:120]}"
-                if function in ("os.system", "os.popen", "asyncio.create_subprocess_shell", "subprocess.getoutput",
-                                "subprocess.getstatusoutput"):
+                if function in (
+                    "os.system",
+                    "os.popen",
+                    "asyncio.create_subprocess_shell",
+                    "subprocess.getoutput",
+                    "subprocess.getstatusoutput",
+                ):
                     problems.append(f"{where}: runs a shell")
                 for keyword in node.keywords:
-                    if keyword.arg == "shell" and not (isinstance(keyword.value, ast.Constant) and keyword.value.value is False):
+                    if keyword.arg == "shell" and not (
+                        isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+                    ):
                         problems.append(f"{where}: shell={ast.unparse(keyword.value)}")
             if isinstance(node, (ast.List, ast.Tuple)):
                 items = node.elts
                 for i in range(len(items) - 2):
                     shell, flag, script = items[i], items[i + 1], items[i + 2]
-                    if (isinstance(shell, ast.Constant) and shell.value in SHELLS
-                            and isinstance(flag, ast.Constant) and flag.value == "-c"):
+                    if (
+                        isinstance(shell, ast.Constant)
+                        and shell.value in SHELLS
+                        and isinstance(flag, ast.Constant)
+                        and flag.value == "-c"
+                    ):
                         site = (name, ast.unparse(script))
                         sites.add(site)
                         if site not in ALLOWED:
-                            problems.append(f"{name}:{node.lineno}: {ast.unparse(node)[:120]}: a shell script not in "
-                                            "ALLOWED (pass values as argv items or env values, never in the script)")
+                            problems.append(
+                                f"{name}:{node.lineno}: {ast.unparse(node)[:120]}: a shell script not in "
+                                "ALLOWED (pass values as argv items or env values, never in the script)"
+                            )
     return problems, sites
 
 
@@ -99,8 +135,10 @@ def test_every_allowed_shell_use_still_exists():
 
 
 def test_the_scan_finds_what_it_looks_for(tmp_path):
-    tree = ast.parse('import os, subprocess\nos.system("x")\nsubprocess.run(cmd, shell=True)\n'
-                     'subprocess.run(["sh", "-c", f"git clone {url}"])\n')
+    tree = ast.parse(
+        'import os, subprocess\nos.system("x")\nsubprocess.run(cmd, shell=True)\n'
+        'subprocess.run(["sh", "-c", f"git clone {url}"])\n'
+    )
     seen = [ast.unparse(n)[:30] for n in ast.walk(tree) if isinstance(n, ast.Call)]
     assert len(seen) == 3  # the scan below walks the same nodes; a quick check of its three rules:
     import tests.security.test_no_shell as scan
@@ -116,9 +154,17 @@ def test_the_scan_finds_what_it_looks_for(tmp_path):
 
 # --- Behaviour -----------------------------------------------------------------------------------
 
+
 def payloads(marker: Path) -> list[str]:
-    return [f"$(touch {marker})", f";touch {marker}", f"`touch {marker}`", f"x\ntouch {marker}",
-            f"' ; touch {marker} ; '", f'" ; touch {marker} ; "', f"--upload-pack=touch {marker}"]
+    return [
+        f"$(touch {marker})",
+        f";touch {marker}",
+        f"`touch {marker}`",
+        f"x\ntouch {marker}",
+        f"' ; touch {marker} ; '",
+        f'" ; touch {marker} ; "',
+        f"--upload-pack=touch {marker}",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -146,10 +192,12 @@ def test_code_urls_refs_and_requirements_never_run_on_the_portals_side(harness, 
     jobs, refused = [], []
     for payload in payloads(marker):
         # The code-URL rule refuses whitespace at launch, so the path reaches git with ${IFS} for its spaces.
-        for spec in (harness.spec(str(repo.path) + payload.replace(" ", "${IFS}").replace("\n", "${IFS}"), "python hello.py"),
-                     harness.spec(payload, "python hello.py"),
-                     harness.spec(url, "python hello.py", code_ref=payload),
-                     harness.spec(url, "python hello.py", requirements=(payload,))):
+        for spec in (
+            harness.spec(str(repo.path) + payload.replace(" ", "${IFS}").replace("\n", "${IFS}"), "python hello.py"),
+            harness.spec(payload, "python hello.py"),
+            harness.spec(url, "python hello.py", code_ref=payload),
+            harness.spec(url, "python hello.py", requirements=(payload,)),
+        ):
             try:
                 jobs.append(harness.launch(spec))
             except ExecutorError as exc:  # refused before anything ran: as good
@@ -176,8 +224,12 @@ def test_the_command_reaches_the_jobs_shell_verbatim(harness, repo, tmp_path):
 def test_kubernetes_manifests_carry_job_values_as_env_and_argv_only(tmp_path):
     marker = tmp_path / "pwned"
     for payload in payloads(marker):
-        job = manifest_spec(code_url="https://git.example.com/r.git" + payload, code_ref="main" + payload,
-                            command="python train.py" + payload, requirements=("numpy" + payload,))
+        job = manifest_spec(
+            code_url="https://git.example.com/r.git" + payload,
+            code_ref="main" + payload,
+            command="python train.py" + payload,
+            requirements=("numpy" + payload,),
+        )
         placement = Placement((WorkerPlacement(worker=0, node="node-0", gpus=(0,)),))
         manifests = job_manifests(job, placement, DEMO)
         containers = []
@@ -186,7 +238,13 @@ def test_kubernetes_manifests_carry_job_values_as_env_and_argv_only(tmp_path):
             _collect(document, "initContainers", containers)
         commands = {c["name"]: c.get("command") for c in containers}
         assert commands["fetch-code"] == ["sh", "-c", FETCH_SCRIPT]
-        assert commands["install-requirements"] == ["sh", "-c", INSTALL_SCRIPT, "install-requirements", *job.requirements]
+        assert commands["install-requirements"] == [
+            "sh",
+            "-c",
+            INSTALL_SCRIPT,
+            "install-requirements",
+            *job.requirements,
+        ]
         env = {e["name"]: e.get("value") for c in containers if c["name"] == "fetch-code" for e in c["env"]}
         assert (env["PORTAL_CODE_URL"], env["PORTAL_CODE_REF"]) == (job.code_url, job.code_ref)
         main = [c for c in containers if c["name"] not in ("fetch-code", "install-requirements")]
