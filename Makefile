@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: install install-dev lock chromium sandbox run test test-gpu test-k8s migrate clean
+.PHONY: install install-dev lock chromium sandbox run lint test test-gpu test-k8s migrate clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -86,8 +86,18 @@ chromium:
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium fonts-wqy-microhei; \
 	fi
 
+# The linter, the formatter's check and the type checker (configured in pyproject.toml), before the tests.
+# `ruff check --fix .` and `ruff format .` repair most of what the first two report. mypy's Django plugin
+# imports the settings, which make their data root: a folder of its own. The import layers (lint-imports)
+# are checked by the suite (tests/test_architecture.py).
+lint: install-dev
+	@echo "lint: ruff check, ruff format --check, mypy"
+	@$(VENV)/bin/ruff check --quiet .
+	@$(VENV)/bin/ruff format --check .
+	@PORTAL_DATA_ROOT="$(CURDIR)/var/lint" $(VENV)/bin/mypy
+
 # Tests keep their files (test databases, broker folder, screenshots) apart from `make run`'s.
-test: install-dev chromium sandbox
+test: lint install-dev chromium sandbox
 	PORTAL_DATA_ROOT="$${PORTAL_TEST_DATA_ROOT:-$(CURDIR)/var/test}" $(PY) -m pytest
 
 # On a machine with NVIDIA GPUs: what a sandboxed job sees of them (tests/gpu; skipped everywhere else).

@@ -40,7 +40,9 @@ class TokenApi(APIView):
         user = authenticate(request, **data.validated_data)
         if user is None:
             # One message for any wrong part, so callers cannot probe usernames.
-            raise serializers.ValidationError({"non_field_errors": ["Unable to sign in with that username and password."]})
+            raise serializers.ValidationError(
+                {"non_field_errors": ["Unable to sign in with that username and password."]}
+            )
         _, key = tokens.token_create(user=user, name="api")
         return Response({"token": key})
 
@@ -66,7 +68,11 @@ class MeApi(APIView):
         ]
         return Response(
             self.MeOutputSerializer(
-                {"username": user.username, "is_platform_admin": permissions.is_platform_admin(user), "departments": departments}
+                {
+                    "username": user.username,
+                    "is_platform_admin": permissions.is_platform_admin(user),
+                    "departments": departments,
+                }
             ).data
         )
 
@@ -120,7 +126,9 @@ class ApiTokenListApi(generics.ListAPIView):
     """The caller's working personal API tokens (never their keys), and creating one."""
 
     class ApiTokenInputSerializer(serializers.Serializer):
-        name = serializers.CharField(max_length=tokens.NAME_MAX_LENGTH, help_text="What the token is for, e.g. the script using it.")
+        name = serializers.CharField(
+            max_length=tokens.NAME_MAX_LENGTH, help_text="What the token is for, e.g. the script using it."
+        )
 
     class ApiTokenCreatedSerializer(ApiTokenOutputSerializer):
         key = serializers.CharField(help_text="The key, shown only in this response: store it now.")

@@ -13,7 +13,9 @@ from accounts.models import AuditEvent, Department, Membership
 from core.errors import InvalidInput
 
 
-def audit_record(*, actor, action: str, target: str, department: Department | None = None, data: dict | None = None) -> AuditEvent:
+def audit_record(
+    *, actor, action: str, target: str, department: Department | None = None, data: dict | None = None
+) -> AuditEvent:
     return AuditEvent.objects.create(actor=actor, action=action, target=target, department=department, data=data or {})
 
 
@@ -31,7 +33,9 @@ def _check_keeps_an_admin(*, actor, membership: Membership) -> None:
     """A department admin may not leave a department without one; platform admins may (they manage it anyway)."""
     if membership.role != Membership.Role.DEPT_ADMIN or permissions.is_platform_admin(actor):
         return
-    admins = Membership.objects.select_for_update().filter(department_id=membership.department_id, role=Membership.Role.DEPT_ADMIN)
+    admins = Membership.objects.select_for_update().filter(
+        department_id=membership.department_id, role=Membership.Role.DEPT_ADMIN
+    )
     if admins.exclude(pk=membership.pk).count() == 0:
         raise InvalidInput(
             _("%(user)s is the last department admin of %(department)s; make someone else admin first.")
@@ -51,15 +55,21 @@ def membership_set(*, actor, department: Department, username: str, role: str) -
         membership = Membership.objects.select_for_update().filter(department=department, user=user).first()
         if membership is None:
             membership = Membership.objects.create(department=department, user=user, role=role)
-            audit_record(actor=actor, action="membership.add", target=user.username, department=department,
-                         data={"role": role})
+            audit_record(
+                actor=actor, action="membership.add", target=user.username, department=department, data={"role": role}
+            )
         elif membership.role != role:
             if role != Membership.Role.DEPT_ADMIN:
                 _check_keeps_an_admin(actor=actor, membership=membership)
             before, membership.role = membership.role, role
             membership.save(update_fields=["role"])
-            audit_record(actor=actor, action="membership.role", target=user.username, department=department,
-                         data={"before": before, "after": role})
+            audit_record(
+                actor=actor,
+                action="membership.role",
+                target=user.username,
+                department=department,
+                data={"before": before, "after": role},
+            )
     permissions.forget_roles(actor)
     return membership
 
@@ -70,6 +80,11 @@ def membership_remove(*, actor, membership: Membership) -> None:
     with transaction.atomic():
         _check_keeps_an_admin(actor=actor, membership=membership)
         membership.delete()
-        audit_record(actor=actor, action="membership.remove", target=membership.user.username, department=department,
-                     data={"role": membership.role})
+        audit_record(
+            actor=actor,
+            action="membership.remove",
+            target=membership.user.username,
+            department=department,
+            data={"role": membership.role},
+        )
     permissions.forget_roles(actor)

@@ -15,8 +15,8 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from core.errors import InvalidInput
 from accounts.models import ApiToken
+from core.errors import InvalidInput
 
 NAME_MAX_LENGTH = ApiToken._meta.get_field("name").max_length
 # Writing last_used_at on every request would turn each API read into a write.
@@ -41,9 +41,14 @@ def token_create(*, user, name: str) -> tuple[ApiToken, str]:
     if not name:
         raise InvalidInput({"name": [_("Give the token a name, e.g. the script or machine that will use it.")]})
     if len(name) > NAME_MAX_LENGTH:
-        raise InvalidInput({"name": [
-            _("Use at most %(max)d characters (this name has %(length)d).") % {"max": NAME_MAX_LENGTH, "length": len(name)}
-        ]})
+        raise InvalidInput(
+            {
+                "name": [
+                    _("Use at most %(max)d characters (this name has %(length)d).")
+                    % {"max": NAME_MAX_LENGTH, "length": len(name)}
+                ]
+            }
+        )
     key = secrets.token_urlsafe(32)
     token = ApiToken.objects.create(user=user, name=name, prefix=key[:8], key_hash=key_hash(key))
     return token, key

@@ -44,8 +44,13 @@ DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/portal_bench"
 MARK = "made by bench.api"  # the comment on a database this benchmark may drop
 PASSWORD = "bench-password-1"
 GOAL_RATIO = 0.5
-SUBMISSION = {"name": "bench", "department": "vision", "code_url": "https://git.example.com/team/bench.git",
-              "command": "python train.py --epochs 1", "gpus_per_worker": 1}
+SUBMISSION = {
+    "name": "bench",
+    "department": "vision",
+    "code_url": "https://git.example.com/team/bench.git",
+    "command": "python train.py --epochs 1",
+    "gpus_per_worker": 1,
+}
 ENDPOINTS = ("submit", "list", "bare")
 
 
@@ -60,8 +65,15 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     database_url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
     data_root = Path(tempfile.mkdtemp(prefix="portal-bench-"))
-    env = {**os.environ, "DATABASE_URL": database_url, "PORTAL_DATA_ROOT": str(data_root), "PORTAL_BENCH": "true",
-           "PORTAL_DEMO_PASSWORD": PASSWORD, "PORTAL_LOG_LEVEL": "WARNING", "PORTAL_THROTTLE_USER": "100000000/minute"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "PORTAL_DATA_ROOT": str(data_root),
+        "PORTAL_BENCH": "true",
+        "PORTAL_DEMO_PASSWORD": PASSWORD,
+        "PORTAL_LOG_LEVEL": "WARNING",
+        "PORTAL_THROTTLE_USER": "100000000/minute",
+    }
     processes = []
     try:
         if args.url:
@@ -72,13 +84,21 @@ def main(argv: list[str] | None = None) -> dict:
             port = _free_port()
             # -v 0: no access log line per request, as in production behind a proxy that keeps its own.
             with open(data_root / "daphne.log", "wb") as logs:  # the child keeps its own copy of the descriptor
-                processes.append(subprocess.Popen(
-                    [str(BIN / "daphne"), "-v", "0", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
-                    cwd=ROOT, env=env, stdout=logs, stderr=subprocess.STDOUT))
+                processes.append(
+                    subprocess.Popen(
+                        [str(BIN / "daphne"), "-v", "0", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=logs,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
             base = f"http://127.0.0.1:{port}"
         api = Api(base)
         api.wait_up()
-        api.token = api.post("/api/v1/auth/token/", {"username": "alice", "password": env["PORTAL_DEMO_PASSWORD"]})["token"]
+        api.token = api.post("/api/v1/auth/token/", {"username": "alice", "password": env["PORTAL_DEMO_PASSWORD"]})[
+            "token"
+        ]
         report = asyncio.run(_measure(base, api.token, duration=args.duration, concurrency=args.concurrency))
         report["historical_jobs"] = None if args.url else args.jobs
         if args.profile:
@@ -90,17 +110,22 @@ def main(argv: list[str] | None = None) -> dict:
             process.wait(timeout=30)
         shutil.rmtree(data_root, ignore_errors=True)
     bare = report["bare_rps"]
-    report |= {"submit_ratio": round(report["submit_rps"] / bare, 3), "list_ratio": round(report["list_rps"] / bare, 3),
-               "goal_ratio": GOAL_RATIO}
+    report |= {
+        "submit_ratio": round(report["submit_rps"] / bare, 3),
+        "list_ratio": round(report["list_rps"] / bare, 3),
+        "goal_ratio": GOAL_RATIO,
+    }
     verdicts = "; ".join(
         f"{name} {report[f'{name}_rps']} rps = {report[f'{name}_ratio']:.2f} x bare "
-        + ("meets" if report[f"{name}_ratio"] >= GOAL_RATIO else "MISSES") + f" >= {GOAL_RATIO}"
+        + ("meets" if report[f"{name}_ratio"] >= GOAL_RATIO else "MISSES")
+        + f" >= {GOAL_RATIO}"
         for name in ("submit", "list")
     )
     return emit(report, json_path=args.json, summary=f"baseline bare_rps {bare}; {verdicts}")
 
 
 # --- The database and its world -------------------------------------------------------------------------
+
 
 def _prepare(database_url: str, env: dict, *, jobs: int) -> float:
     _recreate_database(database_url)
@@ -111,8 +136,12 @@ def _prepare(database_url: str, env: dict, *, jobs: int) -> float:
     for argv in steps:
         subprocess.run(manage + argv, cwd=ROOT, env=env, check=True, capture_output=True)
     started = time.monotonic()
-    subprocess.run([sys.executable, "-c", f"from bench.api import _load_history; _load_history({jobs})"],
-                   cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-c", f"from bench.api import _load_history; _load_history({jobs})"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
     return time.monotonic() - started
 
 
@@ -126,7 +155,9 @@ def _recreate_database(database_url: str) -> None:
         raise SystemExit(f"bench.api needs a PostgreSQL DATABASE_URL naming a database, not {parts.scheme}://...")
     maintenance = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
     with psycopg.connect(maintenance, autocommit=True) as conn:
-        row = conn.execute("SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s", [name]).fetchone()
+        row = conn.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s", [name]
+        ).fetchone()
         if row is not None and row[0] != MARK:
             raise SystemExit(f"database {name!r} exists and bench.api did not make it: give another DATABASE_URL")
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -150,10 +181,10 @@ def _load_history(count: int, *, seed: int = 8) -> None:
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from jobs.models import Job, JobEvent
-    from clusters.models import Cluster
     from accounts.models import Department, Membership
+    from clusters.models import Cluster
     from images.models import FrameworkImage
+    from jobs.models import Job, JobEvent
     from quotas.models import PriorityClass
 
     rng = random.Random(seed)
@@ -183,22 +214,38 @@ def _load_history(count: int, *, seed: int = 8) -> None:
             admitted = created + timedelta(seconds=rng.expovariate(1 / 600)) if ran else None
             finished = (admitted or created) + timedelta(seconds=rng.expovariate(1 / 7200) + 10)
             workers, gpus = rng.choice([(1, 1), (1, 1), (1, 2), (1, 4), (2, 4), (4, 8), (1, 0.5)])
-            jobs.append(Job(
-                name=f"train-{rng.randrange(10**6)}", department=departments[slug], cluster=cluster, pool=pool,
-                submitted_by=rng.choice(users[slug]), code_url=f"https://git.example.com/{slug}/model.git",
-                code_ref="main", command=f"python train.py --lr {rng.choice(['1e-3', '3e-4'])}", image=rng.choice(images),
-                workers=workers, gpus_per_worker=gpus, priority=rng.choice(priorities), status=status,
-                exit_code={"succeeded": 0, "failed": 1}.get(status), created_at=created, admitted_at=admitted,
-                started_at=admitted, finished_at=finished, commit="0" * 40 if ran else "",
-                gpu_seconds=(finished - admitted).total_seconds() * workers * gpus if admitted else 0.0,
-            ))
+            jobs.append(
+                Job(
+                    name=f"train-{rng.randrange(10**6)}",
+                    department=departments[slug],
+                    cluster=cluster,
+                    pool=pool,
+                    submitted_by=rng.choice(users[slug]),
+                    code_url=f"https://git.example.com/{slug}/model.git",
+                    code_ref="main",
+                    command=f"python train.py --lr {rng.choice(['1e-3', '3e-4'])}",
+                    image=rng.choice(images),
+                    workers=workers,
+                    gpus_per_worker=gpus,
+                    priority=rng.choice(priorities),
+                    status=status,
+                    exit_code={"succeeded": 0, "failed": 1}.get(status),
+                    created_at=created,
+                    admitted_at=admitted,
+                    started_at=admitted,
+                    finished_at=finished,
+                    commit="0" * 40 if ran else "",
+                    gpu_seconds=(finished - admitted).total_seconds() * workers * gpus if admitted else 0.0,
+                )
+            )
             road = ["queued", "admitted", "starting", "running", status] if ran else ["queued", status]
             times = [created, *([admitted] * (len(road) - 2)), finished]
             timelines.append(list(zip([""] + road[:-1], road, times)))
         Job.objects.bulk_create(jobs)
         JobEvent.objects.bulk_create(
             JobEvent(job=job, time=at, from_status=before, to_status=after, reason="submitted" if not before else after)
-            for job, timeline in zip(jobs, timelines) for before, after, at in timeline
+            for job, timeline in zip(jobs, timelines)
+            for before, after, at in timeline
         )
     from django.db import connection
 
@@ -208,6 +255,7 @@ def _load_history(count: int, *, seed: int = 8) -> None:
 
 
 # --- The load ----------------------------------------------------------------------------------------------
+
 
 class Request:
     """One request sent again and again on a keep-alive connection (bench.router.Connection)."""
@@ -224,7 +272,9 @@ class Request:
         self.request = (head + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
 
 
-async def _slice(connections: list[Connection], seconds: float, latencies: list[float], expected: int) -> tuple[int, float]:
+async def _slice(
+    connections: list[Connection], seconds: float, latencies: list[float], expected: int
+) -> tuple[int, float]:
     """Keep every connection busy for ``seconds``; returns (requests done, seconds until the last one ended)."""
     started = time.perf_counter()
     stop = started + seconds
@@ -268,17 +318,23 @@ async def _measure(base: str, token: str, *, duration: float, concurrency: int) 
             await connection.close()
     report: dict = {"duration_s": duration, "concurrency": concurrency}
     for name in ENDPOINTS:
-        report |= {f"{name}_rps": round(counts[name] / seconds[name], 1), f"{name}_requests": counts[name],
-                   f"{name}_p50_ms": round(statistics.median(latencies[name]), 2),
-                   f"{name}_p99_ms": round(percentile(latencies[name], 0.99), 2)}
+        report |= {
+            f"{name}_rps": round(counts[name] / seconds[name], 1),
+            f"{name}_requests": counts[name],
+            f"{name}_p50_ms": round(statistics.median(latencies[name]), 2),
+            f"{name}_p99_ms": round(percentile(latencies[name], 0.99), 2),
+        }
     return report
 
 
 # --- Profile ------------------------------------------------------------------------------------------------
 
+
 def _profile(env: dict) -> None:
     """Queries per call and where the time goes, in-process on the bench database (after the load)."""
-    subprocess.run([sys.executable, "-c", "from bench.api import _profile_here; _profile_here()"], cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-c", "from bench.api import _profile_here; _profile_here()"], cwd=ROOT, env=env, check=True
+    )
 
 
 def _profile_here(calls: int = 200) -> None:

@@ -28,8 +28,10 @@ def synthetic_snapshot(*, pending: int, nodes: int, gpus_per_node: int, departme
     weights = [rng.random() + 0.1 for _ in names]
     total = nodes * gpus_per_node
     nominals = [int(total * w / sum(weights)) for w in weights]
-    quotas = tuple(QuotaState(department=d, pool_id=1, nominal=n, borrowing_limit=None if rng.random() < 0.7 else n // 2)
-                   for d, n in zip(names, nominals))
+    quotas = tuple(
+        QuotaState(department=d, pool_id=1, nominal=n, borrowing_limit=None if rng.random() < 0.7 else n // 2)
+        for d, n in zip(names, nominals)
+    )
     node_names = [f"n{i:04}" for i in range(nodes)]
     used: dict[tuple[str, int], float] = {}
     running = []
@@ -42,24 +44,41 @@ def synthetic_snapshot(*, pending: int, nodes: int, gpus_per_node: int, departme
             slots = (Slot(worker=0, node=node, gpus=tuple(range(gpu, gpu + size)), fraction=fraction),)
             for g in range(gpu, gpu + size):
                 used[(node, g)] = fraction or 1.0
-            running.append(RunningJob(
-                job_id=job_id, pool_id=1, department=rng.choice(names), priority=rng.choice([100, 500, 1000]),
-                preemptible=rng.random() < 0.33, gpus=fraction or float(size), slots=slots,
-                started_at=NOW - rng.uniform(60, 86400), deadline=NOW + rng.uniform(60, 86400),
-            ))
+            running.append(
+                RunningJob(
+                    job_id=job_id,
+                    pool_id=1,
+                    department=rng.choice(names),
+                    priority=rng.choice([100, 500, 1000]),
+                    preemptible=rng.random() < 0.33,
+                    gpus=fraction or float(size),
+                    slots=slots,
+                    started_at=NOW - rng.uniform(60, 86400),
+                    deadline=NOW + rng.uniform(60, 86400),
+                )
+            )
             job_id += 1
             gpu += size
-    pool = PoolState(pool_id=1, name="bench/A100", nodes=tuple(node_names), gpus_per_node=gpus_per_node,
-                     shareable=True, used=used)
+    pool = PoolState(
+        pool_id=1, name="bench/A100", nodes=tuple(node_names), gpus_per_node=gpus_per_node, shareable=True, used=used
+    )
     jobs = []
     for _ in range(pending):
         fractional = rng.random() < 0.1
-        jobs.append(PendingJob(
-            job_id=job_id, pool_id=1, department=rng.choice(names), priority=rng.choice([100, 500, 500, 1000]),
-            submitted_at=NOW - rng.uniform(0, 86400), workers=1 if fractional else rng.choice([1, 1, 1, 2, 4]),
-            gpus_per_worker=0.25 if fractional else float(rng.choice([1, 1, 2, 4, 8][: 5 if gpus_per_node >= 8 else 3])),
-            max_runtime=rng.choice([3600.0, 86400.0, 604800.0]),
-        ))
+        jobs.append(
+            PendingJob(
+                job_id=job_id,
+                pool_id=1,
+                department=rng.choice(names),
+                priority=rng.choice([100, 500, 500, 1000]),
+                submitted_at=NOW - rng.uniform(0, 86400),
+                workers=1 if fractional else rng.choice([1, 1, 1, 2, 4]),
+                gpus_per_worker=0.25
+                if fractional
+                else float(rng.choice([1, 1, 2, 4, 8][: 5 if gpus_per_node >= 8 else 3])),
+                max_runtime=rng.choice([3600.0, 86400.0, 604800.0]),
+            )
+        )
         job_id += 1
     return Snapshot(pools={1: pool}, pending=tuple(jobs), running=tuple(running), quotas=quotas)
 
@@ -74,8 +93,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    snapshot = synthetic_snapshot(pending=args.pending, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                                  departments=args.departments, seed=args.seed)
+    snapshot = synthetic_snapshot(
+        pending=args.pending,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        departments=args.departments,
+        seed=args.seed,
+    )
     timings, decisions = [], None
     for _ in range(args.repeat):
         started = time.perf_counter()
@@ -83,15 +107,23 @@ def main(argv: list[str] | None = None) -> dict:
         timings.append((time.perf_counter() - started) * 1000)
     timings.sort()
     report = {
-        "pending": args.pending, "running": len(snapshot.running), "nodes": args.nodes, "departments": args.departments,
-        "admitted": len(decisions.admissions), "preempted": len(decisions.preemptions), "waiting": len(decisions.waiting),
+        "pending": args.pending,
+        "running": len(snapshot.running),
+        "nodes": args.nodes,
+        "departments": args.departments,
+        "admitted": len(decisions.admissions),
+        "preempted": len(decisions.preemptions),
+        "waiting": len(decisions.waiting),
         "cycle_ms_p50": round(statistics.median(timings), 1),
         "cycle_ms_p95": round(percentile(timings, 0.95), 1),
         "goal_cycle_ms_p50": GOAL_P50_MS,
     }
     verdict = "meets" if report["cycle_ms_p50"] <= GOAL_P50_MS else "MISSES"
-    return emit(report, summary=f"p50 {report['cycle_ms_p50']} ms {verdict} the goal of <= {GOAL_P50_MS} ms",
-                json_path=args.json)
+    return emit(
+        report,
+        summary=f"p50 {report['cycle_ms_p50']} ms {verdict} the goal of <= {GOAL_P50_MS} ms",
+        json_path=args.json,
+    )
 
 
 if __name__ == "__main__":

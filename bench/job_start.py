@@ -44,8 +44,12 @@ def main() -> None:
     args = parser.parse_args()
     data_root = Path(tempfile.mkdtemp(prefix="portal-bench-"))
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update(PORTAL_DATA_ROOT=str(data_root), PORTAL_DEMO_PASSWORD="bench-password-1", PORTAL_LOG_LEVEL="WARNING",
-               PORTAL_THROTTLE_USER="100000/minute")
+    env.update(
+        PORTAL_DATA_ROOT=str(data_root),
+        PORTAL_DEMO_PASSWORD="bench-password-1",
+        PORTAL_LOG_LEVEL="WARNING",
+        PORTAL_THROTTLE_USER="100000/minute",
+    )
     processes = []
     try:
         manage = [sys.executable, "manage.py"]
@@ -65,7 +69,9 @@ def main() -> None:
         repo = _repo(data_root / "repos" / "bench")  # where the portal lets jobs clone from its own disk
         results, warm = {}, {}
         for isolation in ("sandbox", "none"):
-            subprocess.run(manage + ["shell", "-c", ISOLATION.format(isolation=isolation)], cwd=ROOT, env=env, check=True)
+            subprocess.run(
+                manage + ["shell", "-c", ISOLATION.format(isolation=isolation)], cwd=ROOT, env=env, check=True
+            )
             warm[isolation] = api.run_one(repo)  # builds the (empty) environment once
             results[isolation] = [api.run_one(repo) for _ in range(args.jobs)]
     finally:
@@ -85,9 +91,12 @@ def main() -> None:
     sandboxed, bare = report["sandbox"]["submit_to_running_p50_s"], report["none"]["submit_to_running_p50_s"]
     report["sandbox_over_none_p50"] = round(sandboxed / bare, 2) if bare else None
     verdict = "meets" if sandboxed <= GOAL_P50_RUNNING else "MISSES"
-    emit(report, json_path=args.json,
-         summary=f"p50 submit-to-running {sandboxed} s sandboxed ({bare} s unisolated, x{report['sandbox_over_none_p50']}) "
-                 f"{verdict} the goal of <= {GOAL_P50_RUNNING} s")
+    emit(
+        report,
+        json_path=args.json,
+        summary=f"p50 submit-to-running {sandboxed} s sandboxed ({bare} s unisolated, x{report['sandbox_over_none_p50']}) "
+        f"{verdict} the goal of <= {GOAL_P50_RUNNING} s",
+    )
 
 
 class Api:
@@ -96,13 +105,17 @@ class Api:
         self.token = ""
 
     def _request(self, method, path, body=None):
-        request = urllib.request.Request(self.base + path, method=method, data=json.dumps(body).encode() if body else None)
+        request = urllib.request.Request(
+            self.base + path, method=method, data=json.dumps(body).encode() if body else None
+        )
         request.add_header("Content-Type", "application/json")
         if self.token:
             request.add_header("Authorization", f"Token {self.token}")
         with urllib.request.urlopen(request, timeout=30) as response:
             payload = response.read()
-            return json.loads(payload) if response.headers.get_content_type() == "application/json" else payload.decode()
+            return (
+                json.loads(payload) if response.headers.get_content_type() == "application/json" else payload.decode()
+            )
 
     def get(self, path):
         return self._request("GET", path)
@@ -122,8 +135,16 @@ class Api:
 
     def run_one(self, repo: str, timeout=120) -> dict:
         started = time.monotonic()
-        job = self.post("/api/v1/jobs/", {"name": "bench", "department": "vision", "code_url": repo,
-                                          "command": "echo first-line; sleep 0.3", "gpus_per_worker": 1})
+        job = self.post(
+            "/api/v1/jobs/",
+            {
+                "name": "bench",
+                "department": "vision",
+                "code_url": repo,
+                "command": "echo first-line; sleep 0.3",
+                "gpus_per_worker": 1,
+            },
+        )
         marks: dict[str, float] = {}
         while time.monotonic() - started < timeout:
             now = time.monotonic() - started
@@ -143,8 +164,10 @@ class Api:
         return marks
 
 
-ISOLATION = ("from quotas.models import Cluster; c = Cluster.objects.get(name='local'); "
-             "c.settings = {{**c.settings, 'isolation': '{isolation}'}}; c.save()")
+ISOLATION = (
+    "from quotas.models import Cluster; c = Cluster.objects.get(name='local'); "
+    "c.settings = {{**c.settings, 'isolation': '{isolation}'}}; c.save()"
+)
 
 
 def _percentiles(name: str, values: list[float]) -> dict:

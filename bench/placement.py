@@ -80,14 +80,24 @@ class Pod:
 
 def load_nodes(path: Path) -> list[tuple]:
     with open(path, newline="") as f:
-        return [(r["sn"], int(r["cpu_milli"]), int(r["memory_mib"]), int(r["gpu"]), r["model"]) for r in csv.DictReader(f)]
+        return [
+            (r["sn"], int(r["cpu_milli"]), int(r["memory_mib"]), int(r["gpu"]), r["model"]) for r in csv.DictReader(f)
+        ]
 
 
 def load_pods(path: Path) -> list[tuple[str, Pod]]:
     with open(path, newline="") as f:
         rows = [
-            (r["name"], Pod(int(r["cpu_milli"]), int(r["memory_mib"]), int(r["num_gpu"] or 0), int(r["gpu_milli"] or 0),
-                            frozenset(m for m in (r.get("gpu_spec") or "").split("|") if m)))
+            (
+                r["name"],
+                Pod(
+                    int(r["cpu_milli"]),
+                    int(r["memory_mib"]),
+                    int(r["num_gpu"] or 0),
+                    int(r["gpu_milli"] or 0),
+                    frozenset(m for m in (r.get("gpu_spec") or "").split("|") if m),
+                ),
+            )
             for r in csv.DictReader(f)
         ]
     return sorted(rows, key=lambda row: row[0])
@@ -159,8 +169,10 @@ def run_seed(seed: int, policy_name: str, pcts: list[int]) -> dict[int, float | 
     ranks = list(range(len(node_rows)))  # ranks[i]: node i's rank, and its index in the occupancy
     rng.shuffle(ranks)
     by_rank = sorted(range(len(node_rows)), key=ranks.__getitem__)
-    nodes = [NodeSpec(name, gpus, model, cpu, mem, MAX_PODS)
-             for name, cpu, mem, gpus, model in (node_rows[i] for i in by_rank)]
+    nodes = [
+        NodeSpec(name, gpus, model, cpu, mem, MAX_PODS)
+        for name, cpu, mem, gpus, model in (node_rows[i] for i in by_rank)
+    ]
     policy, learner = make_bench_policy(policy_name, nodes, pods, seed=rng.getrandbits(64), trace_order=ranks)
     occupancy = Occupancy.from_nodes(nodes, policy)
     sums, counts = dict.fromkeys(pcts, 0.0), dict.fromkeys(pcts, 0)
@@ -247,16 +259,22 @@ def measured(policy: str) -> str:
     if policy in LIVE:
         alias = f" ('{policy}' is its name in this benchmark)" if policy != LIVE[policy] else ""
         learnt = "; pod mix learnt from the pods arrived so far" if LIVE[policy] == "fragmentation" else ""
-        return (f"the live quotas.scheduler placement policy '{LIVE[policy]}'{alias} "
-                f"(quotas.scheduler.placement.Occupancy.place{learnt})")
-    return (f"the protocol baseline '{policy}' (bench.placement_baselines), choosing nodes on the live "
-            "quotas.scheduler.placement occupancy and fit rules")
+        return (
+            f"the live quotas.scheduler placement policy '{LIVE[policy]}'{alias} "
+            f"(quotas.scheduler.placement.Occupancy.place{learnt})"
+        )
+    return (
+        f"the protocol baseline '{policy}' (bench.placement_baselines), choosing nodes on the live "
+        "quotas.scheduler.placement occupancy and fit rules"
+    )
 
 
 def report(args, summary: dict, baselines, wall: float) -> None:
     multi = len(args.arrived_pct) > 1
-    print(f"placement: policy={args.policy} seeds={len(args.seeds)} nodes={args.nodes.name} pods={args.pods.name} "
-          f"wall={wall:.1f}s")
+    print(
+        f"placement: policy={args.policy} seeds={len(args.seeds)} nodes={args.nodes.name} pods={args.pods.name} "
+        f"wall={wall:.1f}s"
+    )
     print(f"  measures: {measured(args.policy)}")
     for x in args.arrived_pct:
         s = summary[str(x)] if multi else summary

@@ -23,8 +23,13 @@ from quotas.scheduler.placement import FULL, Fragmentation
 def feasible(occupancy, order, gpus: int, milli: int, cpu, mem, models=()):
     """The nodes of ``order`` that fit one worker: ``Occupancy.fits_node`` inlined, as these policies look at
     every node for every pod."""
-    cpu_free, mem_free, pods_free, gpu_free, model = (occupancy.cpu_free, occupancy.mem_free, occupancy.pods_free,
-                                                      occupancy.gpu_free, occupancy.model)
+    cpu_free, mem_free, pods_free, gpu_free, model = (
+        occupancy.cpu_free,
+        occupancy.mem_free,
+        occupancy.pods_free,
+        occupancy.gpu_free,
+        occupancy.model,
+    )
     for i in order:
         if cpu > cpu_free[i] or mem > mem_free[i] or pods_free[i] < 1:
             continue

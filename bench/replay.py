@@ -48,7 +48,16 @@ from pathlib import Path
 
 from bench.common import emit, percentile
 from quotas.scheduler import (
-    BEST_EFFORT_FIFO, GREEDY, STRICT_FIFO, PendingJob, PoolState, QuotaState, RunningJob, ServicePolicy, Snapshot, schedule,
+    BEST_EFFORT_FIFO,
+    GREEDY,
+    STRICT_FIFO,
+    PendingJob,
+    PoolState,
+    QuotaState,
+    RunningJob,
+    ServicePolicy,
+    Snapshot,
+    schedule,
 )
 
 CHECKPOINT_SECONDS = 1800
@@ -92,9 +101,18 @@ def load_itp(paths: list[Path], seed: int) -> list[SimJob]:
         for row in rows:
             draw = rng.random()
             _, priority, preemptible = next(p for p in PRIORITIES if draw < p[0])
-            jobs.append(SimJob(job_id=len(jobs) + 1, department=path.stem, submitted=float(row["submission_time"]),
-                               duration=float(row["duration"]), gpus=int(row["num_gpu"]), priority=priority,
-                               preemptible=preemptible, remaining=float(row["duration"])))
+            jobs.append(
+                SimJob(
+                    job_id=len(jobs) + 1,
+                    department=path.stem,
+                    submitted=float(row["submission_time"]),
+                    duration=float(row["duration"]),
+                    gpus=int(row["num_gpu"]),
+                    priority=priority,
+                    preemptible=preemptible,
+                    remaining=float(row["duration"]),
+                )
+            )
     return jobs
 
 
@@ -126,7 +144,9 @@ class Replay:
         self.last_reason: dict[int, str] = {}
         self.wasted = 0.0
         self.scheduler_seconds = 0.0
-        self.nominated: set[int] = set()  # jobs that evictions were started for (the portal stores this as their reason)
+        self.nominated: set[int] = (
+            set()
+        )  # jobs that evictions were started for (the portal stores this as their reason)
         if policy != "portal":  # baselines never preempt; FIFO ignores priorities altogether
             for job in jobs:
                 job.preemptible = False
@@ -135,13 +155,15 @@ class Replay:
             for job in jobs:
                 job.preemptible = job.preemptible or job.gpus > nominal.get(job.department, 0)
         if policy in ("fifo", "fifo-backfill"):
-            self.view = lambda job: "all"  # noqa: E731 - one queue, no quotas
+            self.view = lambda job: "all"
             self.quotas = (QuotaState(department="all", pool_id=1, nominal=gpus),)
             self.fifo = {"all": STRICT_FIFO if policy == "fifo" else GREEDY}
         else:
-            self.view = lambda job: job.department  # noqa: E731
+            self.view = lambda job: job.department
             limit = 0 if policy == "hard-quota" else None
-            self.quotas = tuple(QuotaState(department=d, pool_id=1, nominal=n, borrowing_limit=limit) for d, n in nominal.items())
+            self.quotas = tuple(
+                QuotaState(department=d, pool_id=1, nominal=n, borrowing_limit=limit) for d, n in nominal.items()
+            )
             self.fifo = {d: BEST_EFFORT_FIFO for d in nominal}
 
     def run(self) -> float:
@@ -185,7 +207,9 @@ class Replay:
     def _cycle(self, now: float) -> bool:
         heads = []
         for waiting in self.pending.values():
-            first = heapq.nsmallest(HEADS_PER_DEPARTMENT, waiting.values(), key=lambda j: (-j.priority, j.submitted, j.job_id))
+            first = heapq.nsmallest(
+                HEADS_PER_DEPARTMENT, waiting.values(), key=lambda j: (-j.priority, j.submitted, j.job_id)
+            )
             seen = {j.job_id for j in first}
             # and every job its department is guaranteed room for now, wherever it stands in the queue
             heads += first + [j for j in waiting.values() if j.entitled_since is not None and j.job_id not in seen]
@@ -193,11 +217,22 @@ class Replay:
             return False
         used = {(slot.node, gpu): 1.0 for job in self.running.values() for slot in job.slots for gpu in slot.gpus}
         snapshot = Snapshot(
-            pools={1: PoolState(pool_id=1, name="itp", nodes=self.nodes, gpus_per_node=self.gpus_per_node,
-                                shareable=False, used=used)},
+            pools={
+                1: PoolState(
+                    pool_id=1,
+                    name="itp",
+                    nodes=self.nodes,
+                    gpus_per_node=self.gpus_per_node,
+                    shareable=False,
+                    used=used,
+                )
+            },
             pending=tuple(self._pending_view(j) for j in heads),
             running=tuple(j.running_view for j in self.running.values()),
-            quotas=self.quotas, fifo=self.fifo, explain=False, service=self.service,
+            quotas=self.quotas,
+            fifo=self.fifo,
+            explain=False,
+            service=self.service,
         )
         started = time.perf_counter()
         decisions = schedule(snapshot, now=now)
@@ -211,9 +246,18 @@ class Replay:
             del self.pending[job.department][job.job_id]
             job.entitled_since and self._close_entitlement(job, now)
             job.slots, job.started = admission.slots, now
-            job.running_view = RunningJob(job_id=job.job_id, pool_id=1, department=self.view(job), priority=job.priority,
-                                          preemptible=job.preemptible, gpus=float(job.gpus), slots=job.slots, started_at=now,
-                                          attained=job.attained, checkpoint_every=CHECKPOINT_SECONDS)
+            job.running_view = RunningJob(
+                job_id=job.job_id,
+                pool_id=1,
+                department=self.view(job),
+                priority=job.priority,
+                preemptible=job.preemptible,
+                gpus=float(job.gpus),
+                slots=job.slots,
+                started_at=now,
+                attained=job.attained,
+                checkpoint_every=CHECKPOINT_SECONDS,
+            )
             job.first_start = now if job.first_start is None else job.first_start
             self.running[job.job_id] = job
             self.admissions += 1
@@ -237,9 +281,17 @@ class Replay:
 
     def _pending_view(self, job: SimJob) -> PendingJob:
         if job.pending_view is None:
-            job.pending_view = PendingJob(job_id=job.job_id, pool_id=1, department=self.view(job), priority=job.priority,
-                                          submitted_at=job.submitted, workers=job.shape[0], gpus_per_worker=job.shape[1],
-                                          preemptible=job.preemptible, attained=job.attained)
+            job.pending_view = PendingJob(
+                job_id=job.job_id,
+                pool_id=1,
+                department=self.view(job),
+                priority=job.priority,
+                submitted_at=job.submitted,
+                workers=job.shape[0],
+                gpus_per_worker=job.shape[1],
+                preemptible=job.preemptible,
+                attained=job.attained,
+            )
         return replace(job.pending_view, nominated=True) if job.job_id in self.nominated else job.pending_view
 
     def _close_entitlement(self, job: SimJob, now: float) -> None:
@@ -255,7 +307,9 @@ def service_policy(text: str) -> ServicePolicy:
     try:
         quantum, factor, min_run = (float(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError("expected 'off' or three numbers: quantum seconds, factor, minimum run seconds")
+        raise argparse.ArgumentTypeError(
+            "expected 'off' or three numbers: quantum seconds, factor, minimum run seconds"
+        ) from None
     return ServicePolicy(quantum=quantum, factor=factor, min_run_seconds=min_run)
 
 
@@ -268,14 +322,25 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--policy", choices=["portal", "fifo", "fifo-backfill", "hard-quota"], required=True)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--service", type=service_policy, default=ServicePolicy(), metavar="off|QUANTUM_S,FACTOR,MIN_RUN_S",
-                        help="least-attained-service sharing for portal (default: the portal's own, 14400,2,1800)")
+    parser.add_argument(
+        "--service",
+        type=service_policy,
+        default=ServicePolicy(),
+        metavar="off|QUANTUM_S,FACTOR,MIN_RUN_S",
+        help="least-attained-service sharing for portal (default: the portal's own, 14400,2,1800)",
+    )
     args = parser.parse_args(argv)
     wall = time.perf_counter()
     jobs = load_itp(args.input, args.seed)
     nominal = nominal_quotas(jobs, args.gpus)
-    replay = Replay(jobs, gpus=args.gpus, gpus_per_node=args.gpus_per_node, policy=args.policy, nominal=nominal,
-                    service=args.service)
+    replay = Replay(
+        jobs,
+        gpus=args.gpus,
+        gpus_per_node=args.gpus_per_node,
+        policy=args.policy,
+        nominal=nominal,
+        service=args.service,
+    )
     end = replay.run()
     done = [j for j in jobs if j.finished is not None]  # under hard quotas a gang above its nominal never runs
     queue = [j.first_start - j.submitted for j in done]
@@ -283,24 +348,41 @@ def main(argv: list[str] | None = None) -> dict:
     start = min(j.submitted for j in jobs)
     useful = sum(j.duration * j.gpus for j in done)
     report = {
-        "jobs": len(jobs), "never_started": len(jobs) - len(done), "policy": args.policy, "gpus": args.gpus, "nominal": nominal, "seed": args.seed,
-        "mean_queue_s": round(statistics.fmean(queue), 1), "p50_queue_s": round(percentile(queue, 0.5), 1),
-        "p95_queue_s": round(percentile(queue, 0.95), 1), "p99_queue_s": round(percentile(queue, 0.99), 1),
-        "mean_jct_s": round(statistics.fmean(jct), 1), "p95_jct_s": round(percentile(jct, 0.95), 1),
-        "utilization": round(useful / (args.gpus * (end - start)), 4), "makespan_s": round(end - start, 1),
-        "preemptions": replay.preemptions, "wasted_gpu_seconds": round(replay.wasted, 1),
+        "jobs": len(jobs),
+        "never_started": len(jobs) - len(done),
+        "policy": args.policy,
+        "gpus": args.gpus,
+        "nominal": nominal,
+        "seed": args.seed,
+        "mean_queue_s": round(statistics.fmean(queue), 1),
+        "p50_queue_s": round(percentile(queue, 0.5), 1),
+        "p95_queue_s": round(percentile(queue, 0.95), 1),
+        "p99_queue_s": round(percentile(queue, 0.99), 1),
+        "mean_jct_s": round(statistics.fmean(jct), 1),
+        "p95_jct_s": round(percentile(jct, 0.95), 1),
+        "utilization": round(useful / (args.gpus * (end - start)), 4),
+        "makespan_s": round(end - start, 1),
+        "preemptions": replay.preemptions,
+        "wasted_gpu_seconds": round(replay.wasted, 1),
         "guarantee_violations": replay.violations,
         "violations_by_size_and_reason": dict(sorted(replay.violated.items(), key=lambda kv: -kv[1])),
         "preemptions_by_reason": dict(replay.by_reason),
         "wasted_gpu_seconds_by_reason": {reason: round(lost) for reason, lost in replay.wasted_by.items()},
-        "service": "off" if not args.service.enabled else [args.service.quantum, args.service.factor, args.service.min_run_seconds],
+        "service": "off"
+        if not args.service.enabled
+        else [args.service.quantum, args.service.factor, args.service.min_run_seconds],
         "admissions_per_second": round(replay.admissions / max(replay.scheduler_seconds, 1e-9), 1),
         "wall_seconds": round(time.perf_counter() - wall, 1),
     }
-    return emit(report, json_path=args.json, summary=(
-        f"mean queue {report['mean_queue_s'] / 3600:.2f} h, p95 {report['p95_queue_s'] / 3600:.2f} h, "
-        f"{replay.violations} guarantee violations, wasted {100 * replay.wasted / useful:.2f}% of delivered GPU-hours "
-        "(targets for portal: <= 0.80 h, <= 8.5 h, 0, <= 1%)"))
+    return emit(
+        report,
+        json_path=args.json,
+        summary=(
+            f"mean queue {report['mean_queue_s'] / 3600:.2f} h, p95 {report['p95_queue_s'] / 3600:.2f} h, "
+            f"{replay.violations} guarantee violations, wasted {100 * replay.wasted / useful:.2f}% of delivered GPU-hours "
+            "(targets for portal: <= 0.80 h, <= 8.5 h, 0, <= 1%)"
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -41,13 +41,21 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=5000, help="per mode")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--asgi-app", default="config.asgi:application",
-                        help="the ASGI application daphne serves (to compare front ends; PYTHONPATH reaches it)")
+    parser.add_argument(
+        "--asgi-app",
+        default="config.asgi:application",
+        help="the ASGI application daphne serves (to compare front ends; PYTHONPATH reaches it)",
+    )
     args = parser.parse_args()
     data_root = Path(tempfile.mkdtemp(prefix="portal-bench-"))
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update(PORTAL_DATA_ROOT=str(data_root), PORTAL_DEMO_PASSWORD=PASSWORD, PORTAL_LOG_LEVEL="WARNING",
-               PORTAL_THROTTLE_USER="1000000/minute", PORTAL_ARTIFACT_IMPORT_DIRS=str(data_root / "outputs"))
+    env.update(
+        PORTAL_DATA_ROOT=str(data_root),
+        PORTAL_DEMO_PASSWORD=PASSWORD,
+        PORTAL_LOG_LEVEL="WARNING",
+        PORTAL_THROTTLE_USER="1000000/minute",
+        PORTAL_ARTIFACT_IMPORT_DIRS=str(data_root / "outputs"),
+    )
     processes = []
     try:
         manage = [sys.executable, "manage.py"]
@@ -68,8 +76,16 @@ def main() -> None:
         api.token = api.post("/api/v1/auth/token/", {"username": "alice", "password": PASSWORD})["token"]
         api.post("/api/v1/models/", {"name": "bench-model", "department": "vision", "description": "bench.router"})
         api.post("/api/v1/models/bench-model/versions/", {"artifact_uri": f"file://{artifact}", "framework": "sklearn"})
-        api.post("/api/v1/deployments/", {"name": "bench", "department": "vision", "model": "bench-model", "strategy": "ab",
-                                          "variants": [{"name": "a", "version": 1, "weight": 100}]})
+        api.post(
+            "/api/v1/deployments/",
+            {
+                "name": "bench",
+                "department": "vision",
+                "model": "bench-model",
+                "strategy": "ab",
+                "variants": [{"name": "a", "version": 1, "weight": 100}],
+            },
+        )
         server_url = _wait_ready(api)
         direct = Target(server_url, "/v1/models/bench-model:predict", {})
         routed = Target(f"http://127.0.0.1:{port}", "/serve/bench/predict", {"Authorization": f"Token {api.token}"})
@@ -83,11 +99,17 @@ def main() -> None:
         shutil.rmtree(data_root, ignore_errors=True)
     ratio = report["router_rps"] / report["direct_rps"]
     report |= {"rps_ratio": round(ratio, 3), "goal_added_p50_ms": GOAL_ADDED_P50_MS, "goal_rps_ratio": GOAL_RPS_RATIO}
-    verdicts = [("meets" if report["added_p50_ms"] <= GOAL_ADDED_P50_MS else "MISSES") + f" added p50 <= {GOAL_ADDED_P50_MS} ms",
-                ("meets" if ratio >= GOAL_RPS_RATIO else "MISSES") + f" router_rps >= {GOAL_RPS_RATIO} x direct_rps"]
-    emit(report, json_path=args.json,
-         summary=f"added p50 {report['added_p50_ms']} ms, p99 {report['added_p99_ms']} ms; router {report['router_rps']} rps "
-                 f"vs direct {report['direct_rps']} rps ({ratio:.2f}x): {verdicts[0]}; {verdicts[1]}")
+    verdicts = [
+        ("meets" if report["added_p50_ms"] <= GOAL_ADDED_P50_MS else "MISSES")
+        + f" added p50 <= {GOAL_ADDED_P50_MS} ms",
+        ("meets" if ratio >= GOAL_RPS_RATIO else "MISSES") + f" router_rps >= {GOAL_RPS_RATIO} x direct_rps",
+    ]
+    emit(
+        report,
+        json_path=args.json,
+        summary=f"added p50 {report['added_p50_ms']} ms, p99 {report['added_p99_ms']} ms; router {report['router_rps']} rps "
+        f"vs direct {report['direct_rps']} rps ({ratio:.2f}x): {verdicts[0]}; {verdicts[1]}",
+    )
 
 
 def _train(folder: Path) -> Path:
@@ -128,8 +150,10 @@ class Target:
         self.host, self.port = host, int(port)
         body = json.dumps({"instances": [[0.2, 0.1, 0.7, 0.4]]}).encode()
         head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        self.request = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n{head}"
-                        f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        self.request = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n{head}"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
 
 
 class Connection:
@@ -176,8 +200,11 @@ async def _round(connections: list[Connection], count: int, latencies: list[floa
 
 
 async def _measure(direct: Target, routed: Target, *, requests: int, concurrency: int) -> dict:
-    pools = {name: [Connection(target) for _ in range(concurrency)] for name, target in (("direct", direct), ("router", routed))}
-    for name, pool in pools.items():  # warm-up: connections, the router's routing table and token cache
+    pools = {
+        name: [Connection(target) for _ in range(concurrency)]
+        for name, target in (("direct", direct), ("router", routed))
+    }
+    for pool in pools.values():  # warm-up: connections, the router's routing table and token cache
         await _round(pool, concurrency * 4, [])
     latencies: dict[str, list[float]] = {"direct": [], "router": []}
     seconds = {"direct": 0.0, "router": 0.0}
@@ -193,11 +220,16 @@ async def _measure(direct: Target, routed: Target, *, requests: int, concurrency
     p50 = {name: statistics.median(values) for name, values in latencies.items()}
     p99 = {name: percentile(values, 0.99) for name, values in latencies.items()}
     return {
-        "requests_per_mode": requests, "concurrency": concurrency,
-        "direct_rps": round(requests / seconds["direct"], 1), "router_rps": round(requests / seconds["router"], 1),
-        "direct_p50_ms": round(p50["direct"], 3), "router_p50_ms": round(p50["router"], 3),
-        "direct_p99_ms": round(p99["direct"], 3), "router_p99_ms": round(p99["router"], 3),
-        "added_p50_ms": round(p50["router"] - p50["direct"], 3), "added_p99_ms": round(p99["router"] - p99["direct"], 3),
+        "requests_per_mode": requests,
+        "concurrency": concurrency,
+        "direct_rps": round(requests / seconds["direct"], 1),
+        "router_rps": round(requests / seconds["router"], 1),
+        "direct_p50_ms": round(p50["direct"], 3),
+        "router_p50_ms": round(p50["router"], 3),
+        "direct_p99_ms": round(p99["direct"], 3),
+        "router_p99_ms": round(p99["router"], 3),
+        "added_p50_ms": round(p50["router"] - p50["direct"], 3),
+        "added_p99_ms": round(p99["router"] - p99["direct"], 3),
     }
 
 

@@ -40,7 +40,10 @@ def detect_local_gpus() -> list[DetectedPool]:
         try:
             result = subprocess.run(
                 [binary, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=20, check=True,
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
             )
             pools = parse_nvidia_smi(result.stdout)
             if pools:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from clusters import pod_security
 
@@ -62,11 +63,13 @@ class ClusterSettings:
     run_as_group: int = 1000
     mpi_ssh_auth_mount_path: str = "/home/mpiuser/.ssh"  # the run_as_user's ~/.ssh in the MPI images
     portal_namespace: str = "gpu-portal"  # the portal's own: department pods cannot reach it, it reaches them
-    internal_cidrs: list = field(default_factory=lambda: list(pod_security.DEFAULT_INTERNAL_CIDRS))
-    ingress_namespaces: list = field(default_factory=list)  # more namespaces that may reach department pods
+    internal_cidrs: list[str] = field(default_factory=lambda: list(pod_security.DEFAULT_INTERNAL_CIDRS))
+    ingress_namespaces: list[str] = field(default_factory=list)  # more namespaces that may reach department pods
 
     @classmethod
-    def from_cluster(cls, name: str, settings: Mapping, pools: Iterable[tuple[str, int]] = ()) -> ClusterSettings:
+    def from_cluster(
+        cls, name: str, settings: Mapping[str, Any], pools: Iterable[tuple[str, int]] = ()
+    ) -> ClusterSettings:
         """From a cluster's name, its ``settings`` JSON and its pools as (gpu_type, gpu_memory_gb)."""
         known = {f.name for f in fields(cls)} - {"cluster", "gpu_memory_gb"}
         values = {key: value for key, value in settings.items() if key in known}
@@ -84,7 +87,9 @@ class ClusterSettings:
             raise ManifestError(f"Cluster {name}: restart_policy must be Never or OnFailure.")
         for key in ("run_as_user", "run_as_group"):
             if not 1 <= getattr(made, key) <= 2**31 - 1:
-                raise ManifestError(f"Cluster {name}: {key} must be a uid/gid from 1 to 2147483647 (pods never run as root).")
+                raise ManifestError(
+                    f"Cluster {name}: {key} must be a uid/gid from 1 to 2147483647 (pods never run as root)."
+                )
         problems = [pod_security.cidr_problem(cidr) for cidr in made.internal_cidrs]
         if any(problems):
             raise ManifestError(f"Cluster {name}: internal_cidrs: {'; '.join(p for p in problems if p)}.")
@@ -107,35 +112,45 @@ class ClusterSettings:
         return reference if has_host or not self.image_registry else f"{self.image_registry.rstrip('/')}/{reference}"
 
 
-def namespace_manifest(department: str, cluster: ClusterSettings) -> dict:
+def namespace_manifest(department: str, cluster: ClusterSettings) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Namespace",
+        "apiVersion": "v1",
+        "kind": "Namespace",
         "metadata": {"name": cluster.namespace(department), "labels": _department_labels(department)},
     }
 
 
-def gpu_quota_manifest(department: str, gpu_limit: int, cluster: ClusterSettings) -> dict:
+def gpu_quota_manifest(department: str, gpu_limit: int, cluster: ClusterSettings) -> dict[str, Any]:
     """A second guard behind the portal's admission: the most GPUs the department may hold on this cluster.
 
     That is its nominal plus what it may borrow (``department_gpu_limit``), not the nominal alone: a
     department running on borrowed GPUs that the portal admitted must not have its pods refused.
     """
     return {
-        "apiVersion": "v1", "kind": "ResourceQuota",
-        "metadata": {"name": "portal-gpus", "namespace": cluster.namespace(department), "labels": _department_labels(department)},
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": "portal-gpus",
+            "namespace": cluster.namespace(department),
+            "labels": _department_labels(department),
+        },
         "spec": {"hard": {f"requests.{cluster.gpu_resource}": str(gpu_limit)}},
     }
 
 
-def job_volume_manifest(department: str, cluster: ClusterSettings) -> dict:
+def job_volume_manifest(department: str, cluster: ClusterSettings) -> dict[str, Any]:
     """The department's job volume: TensorBoard logs and outputs of every job, read by its TensorBoards."""
     spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": cluster.job_volume_size}}}
     if cluster.job_volume_storage_class:
         spec["storageClassName"] = cluster.job_volume_storage_class
     return {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": cluster.job_volume_pvc, "namespace": cluster.namespace(department),
-                     "labels": _department_labels(department)},
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": cluster.job_volume_pvc,
+            "namespace": cluster.namespace(department),
+            "labels": _department_labels(department),
+        },
         "spec": spec,
     }
 
@@ -146,27 +161,36 @@ def department_gpu_limit(quotas: Iterable[tuple[int, int | None, int]]) -> int:
     return sum(min(total, total if limit is None else nominal + limit) for nominal, limit, total in quotas)
 
 
-def network_policy_manifest(department: str, cluster: ClusterSettings) -> dict:
+def network_policy_manifest(department: str, cluster: ClusterSettings) -> dict[str, Any]:
     """The department's pods reach each other, DNS and the outside, never the portal's namespace or the
     cluster's internal networks; only they and the portal reach them (clusters/pod_security.py)."""
     return pod_security.network_policy_manifest(department, cluster, _department_labels(department))
 
 
-def department_manifests(department: str, gpu_limit: int, cluster: ClusterSettings) -> list[dict]:
-    return [namespace_manifest(department, cluster), gpu_quota_manifest(department, gpu_limit, cluster),
-            job_volume_manifest(department, cluster), network_policy_manifest(department, cluster)]
+def department_manifests(department: str, gpu_limit: int, cluster: ClusterSettings) -> list[dict[str, Any]]:
+    return [
+        namespace_manifest(department, cluster),
+        gpu_quota_manifest(department, gpu_limit, cluster),
+        job_volume_manifest(department, cluster),
+        network_policy_manifest(department, cluster),
+    ]
 
 
-def priority_class_manifests(priorities: Iterable[tuple[str, int, bool]], cluster: ClusterSettings) -> list[dict]:
+def priority_class_manifests(
+    priorities: Iterable[tuple[str, int, bool]], cluster: ClusterSettings
+) -> list[dict[str, Any]]:
     """The portal's priority classes as (name, value, preemptible).
 
     preemptionPolicy Never: the portal decides who is evicted (reclaim, priority), never kube-scheduler.
     """
     return [
         {
-            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
             "metadata": {"name": cluster.priority_class(name), "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}},
-            "value": value, "globalDefault": False, "preemptionPolicy": "Never",
+            "value": value,
+            "globalDefault": False,
+            "preemptionPolicy": "Never",
             "description": f"GPU Portal priority {name}" + (" (preemptible by the portal)" if preemptible else ""),
         }
         for name, value, preemptible in priorities

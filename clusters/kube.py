@@ -21,17 +21,26 @@ from clusters.errors import ExecutorError
 log = logging.getLogger(__name__)
 
 KINDS: dict[tuple[str, str], tuple[str, bool]] = {
-    ("v1", "Namespace"): ("namespaces", False), ("v1", "Node"): ("nodes", False),
-    ("v1", "PersistentVolume"): ("persistentvolumes", False), ("v1", "Pod"): ("pods", True),
-    ("v1", "Service"): ("services", True), ("v1", "ConfigMap"): ("configmaps", True), ("v1", "Secret"): ("secrets", True),
-    ("v1", "ServiceAccount"): ("serviceaccounts", True), ("v1", "PersistentVolumeClaim"): ("persistentvolumeclaims", True),
-    ("v1", "ResourceQuota"): ("resourcequotas", True), ("v1", "Event"): ("events", True),
-    ("apps/v1", "Deployment"): ("deployments", True), ("apps/v1", "StatefulSet"): ("statefulsets", True),
-    ("batch/v1", "Job"): ("jobs", True), ("networking.k8s.io/v1", "Ingress"): ("ingresses", True),
+    ("v1", "Namespace"): ("namespaces", False),
+    ("v1", "Node"): ("nodes", False),
+    ("v1", "PersistentVolume"): ("persistentvolumes", False),
+    ("v1", "Pod"): ("pods", True),
+    ("v1", "Service"): ("services", True),
+    ("v1", "ConfigMap"): ("configmaps", True),
+    ("v1", "Secret"): ("secrets", True),
+    ("v1", "ServiceAccount"): ("serviceaccounts", True),
+    ("v1", "PersistentVolumeClaim"): ("persistentvolumeclaims", True),
+    ("v1", "ResourceQuota"): ("resourcequotas", True),
+    ("v1", "Event"): ("events", True),
+    ("apps/v1", "Deployment"): ("deployments", True),
+    ("apps/v1", "StatefulSet"): ("statefulsets", True),
+    ("batch/v1", "Job"): ("jobs", True),
+    ("networking.k8s.io/v1", "Ingress"): ("ingresses", True),
     ("networking.k8s.io/v1", "NetworkPolicy"): ("networkpolicies", True),
     ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): ("clusterroles", False),
-    ("kubeflow.org/v1", "PyTorchJob"): ("pytorchjobs", True), ("kubeflow.org/v1", "TFJob"): ("tfjobs", True),
+    ("kubeflow.org/v1", "PyTorchJob"): ("pytorchjobs", True),
+    ("kubeflow.org/v1", "TFJob"): ("tfjobs", True),
     ("kubeflow.org/v2beta1", "MPIJob"): ("mpijobs", True),
     ("serving.kserve.io/v1beta1", "InferenceService"): ("inferenceservices", True),
 }
@@ -69,8 +78,15 @@ def _message(exc: ApiException) -> str:
 class Kube:
     """A Kubernetes API client speaking plain dicts; every call retried on transient failures."""
 
-    def __init__(self, api_client, *, retries: int = 4, backoff_seconds: float = 0.2, timeout_seconds: float = 10,
-                 sleep=time.sleep):
+    def __init__(
+        self,
+        api_client,
+        *,
+        retries: int = 4,
+        backoff_seconds: float = 0.2,
+        timeout_seconds: float = 10,
+        sleep=time.sleep,
+    ):
         self.api = api_client
         self.retries, self.backoff, self.timeout, self.sleep = retries, backoff_seconds, timeout_seconds, sleep
         # urllib3 would silently retry idempotent requests itself: the retries here are the only ones.
@@ -92,16 +108,22 @@ class Kube:
                     configuration.api_key_prefix = {"authorization": "Bearer"}
                 if settings.get("kube_ca_file"):
                     configuration.ssl_ca_cert = settings["kube_ca_file"]
-            elif settings.get("in_cluster") or (not settings.get("kubeconfig") and os.environ.get("KUBERNETES_SERVICE_HOST")):
+            elif settings.get("in_cluster") or (
+                not settings.get("kubeconfig") and os.environ.get("KUBERNETES_SERVICE_HOST")
+            ):
                 kubernetes.config.load_incluster_config(client_configuration=configuration)
             else:
                 kubernetes.config.load_kube_config(
-                    config_file=settings.get("kubeconfig") or None, context=settings.get("kubeconfig_context") or None,
+                    config_file=settings.get("kubeconfig") or None,
+                    context=settings.get("kubeconfig_context") or None,
                     client_configuration=configuration,
                 )
         except (kubernetes.config.ConfigException, OSError, TypeError, ValueError) as exc:
-            raise KubeError(f"Cannot reach the cluster: no usable connection settings ({exc}). Set kube_url, "
-                            f"kubeconfig or in_cluster in the cluster's settings.", permanent=True) from exc
+            raise KubeError(
+                f"Cannot reach the cluster: no usable connection settings ({exc}). Set kube_url, "
+                f"kubeconfig or in_cluster in the cluster's settings.",
+                permanent=True,
+            ) from exc
         configuration.retries = False
         return cls(kubernetes.client.ApiClient(configuration), **options)
 
@@ -110,23 +132,39 @@ class Kube:
 
     # -- the one place requests go out
 
-    def _call(self, method: str, path: str, *, query: list | None = None, body=None, content_type: str = "application/json",
-              stream: bool = False, timeout: float | None = None):
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list | None = None,
+        body=None,
+        content_type: str = "application/json",
+        stream: bool = False,
+        timeout: float | None = None,
+    ):
         attempt = 0
         while True:
             try:
                 return self.api.call_api(
-                    path, method, query_params=query or [], body=body,
+                    path,
+                    method,
+                    query_params=query or [],
+                    body=body,
                     header_params={"Accept": "application/json", "Content-Type": content_type},
-                    response_types_map={200: "object", 201: "object", 202: "object"}, auth_settings=["BearerToken"],
-                    _return_http_data_only=True, _preload_content=not stream,
+                    response_types_map={200: "object", 201: "object", 202: "object"},
+                    auth_settings=["BearerToken"],
+                    _return_http_data_only=True,
+                    _preload_content=not stream,
                     _request_timeout=timeout or self.timeout,
                 )
             except ApiException as exc:
                 if exc.status == 0 or exc.status in RETRIED_STATUSES:
                     error = KubeError(f"{method} {path}: {_message(exc)}", permanent=False, status=exc.status)
                 else:
-                    raise KubeError(_message(exc), permanent=exc.status not in (404, 409, 410), status=exc.status) from exc
+                    raise KubeError(
+                        _message(exc), permanent=exc.status not in (404, 409, 410), status=exc.status
+                    ) from exc
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 error = KubeError(f"{method} {path}: no answer from the API server ({exc})", permanent=False)
             if attempt >= self.retries:
@@ -159,7 +197,9 @@ class Kube:
                 return None
             raise
 
-    def list(self, api_version: str, kind: str, *, namespace: str | None = None, labels: str = "") -> tuple[list[dict], str]:
+    def list(
+        self, api_version: str, kind: str, *, namespace: str | None = None, labels: str = ""
+    ) -> tuple[list[dict], str]:
         query = [("labelSelector", labels)] if labels else []
         answer = self._call("GET", resource_path(api_version, kind, namespace), query=query)
         items = answer.get("items") or []
@@ -168,18 +208,32 @@ class Kube:
             item.setdefault("kind", kind)
         return items, answer.get("metadata", {}).get("resourceVersion", "")
 
-    def watch(self, api_version: str, kind: str, *, namespace: str | None = None, labels: str = "",
-              resource_version: str, timeout_seconds: int = 60) -> Iterator[tuple[str, dict]]:
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: str = "",
+        resource_version: str,
+        timeout_seconds: int = 60,
+    ) -> Iterator[tuple[str, dict]]:
         """(type, object) events after ``resource_version``, until the server ends the watch; Gone on 410."""
         path = resource_path(api_version, kind, namespace)
 
         def list_call(**kwargs):
-            query = [("watch", "true"), ("resourceVersion", kwargs["resource_version"]),
-                     ("timeoutSeconds", kwargs["timeout_seconds"]), ("allowWatchBookmarks", "true")]
+            query = [
+                ("watch", "true"),
+                ("resourceVersion", kwargs["resource_version"]),
+                ("timeoutSeconds", kwargs["timeout_seconds"]),
+                ("allowWatchBookmarks", "true"),
+            ]
             if labels:
                 query.append(("labelSelector", labels))
             # the server holds the watch open up to timeoutSeconds: the read timeout must be longer
-            return self._call("GET", path, query=query, stream=True, timeout=(self.timeout, kwargs["timeout_seconds"] + self.timeout))
+            return self._call(
+                "GET", path, query=query, stream=True, timeout=(self.timeout, kwargs["timeout_seconds"] + self.timeout)
+            )
 
         watcher = kubernetes.watch.Watch(return_type="object")
         try:
@@ -197,18 +251,31 @@ class Kube:
 
     def patch(self, api_version: str, kind: str, namespace: str | None, name: str, body: dict) -> dict:
         """JSON merge patch (RFC 7386): works the same on core kinds and custom resources."""
-        return self._call("PATCH", resource_path(api_version, kind, namespace, name), body=body,
-                          content_type="application/merge-patch+json")
+        return self._call(
+            "PATCH",
+            resource_path(api_version, kind, namespace, name),
+            body=body,
+            content_type="application/merge-patch+json",
+        )
 
     def patch_status(self, api_version: str, kind: str, namespace: str | None, name: str, body: dict) -> dict:
-        return self._call("PATCH", resource_path(api_version, kind, namespace, name) + "/status", body=body,
-                          content_type="application/merge-patch+json")
+        return self._call(
+            "PATCH",
+            resource_path(api_version, kind, namespace, name) + "/status",
+            body=body,
+            content_type="application/merge-patch+json",
+        )
 
-    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *, propagation: str = "Foreground") -> bool:
+    def delete(
+        self, api_version: str, kind: str, namespace: str | None, name: str, *, propagation: str = "Foreground"
+    ) -> bool:
         """Ask for deletion (dependents by ``propagation``); False when it was gone already."""
         try:
-            self._call("DELETE", resource_path(api_version, kind, namespace, name),
-                       body={"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation})
+            self._call(
+                "DELETE",
+                resource_path(api_version, kind, namespace, name),
+                body={"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation},
+            )
             return True
         except KubeError as exc:
             if exc.status == 404:
@@ -224,14 +291,17 @@ class Kube:
             try:
                 options = {"container": container} if container else {}
                 # raw bytes: the client's own "str" deserialization returns the repr of bytes
-                response = self.core.read_namespaced_pod_log(pod, namespace, _request_timeout=self.timeout,
-                                                             _preload_content=False, **options)
+                response = self.core.read_namespaced_pod_log(
+                    pod, namespace, _request_timeout=self.timeout, _preload_content=False, **options
+                )
                 return response.data.decode(errors="replace")
             except ApiException as exc:
                 if exc.status in (400, 404):  # waiting to start / gone
                     return ""
                 if exc.status not in RETRIED_STATUSES or attempt >= self.retries:
-                    raise KubeError(_message(exc), permanent=exc.status not in RETRIED_STATUSES, status=exc.status) from exc
+                    raise KubeError(
+                        _message(exc), permanent=exc.status not in RETRIED_STATUSES, status=exc.status
+                    ) from exc
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 if attempt >= self.retries:
                     raise KubeError(f"log of {pod}: no answer ({exc})", permanent=False) from exc

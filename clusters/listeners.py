@@ -71,8 +71,12 @@ def _sockets(host: str, port: int) -> set[str]:
         for line in lines:
             fields = line.split(None, 10)
             # Compared as printed first: the table holds every connection of the host, not only listeners.
-            if len(fields) > 9 and fields[3] == LISTEN and fields[1].endswith(suffix) \
-                    and _answers(_address(fields[1][:-len(suffix)]), wanted):
+            if (
+                len(fields) > 9
+                and fields[3] == LISTEN
+                and fields[1].endswith(suffix)
+                and _answers(_address(fields[1][: -len(suffix)]), wanted)
+            ):
                 found.add(f"socket:[{fields[9]}]")
     return found
 
@@ -80,7 +84,7 @@ def _sockets(host: str, port: int) -> set[str]:
 def _address(hex_address: str) -> _ADDRESS:
     # The kernel prints each 32-bit word in host byte order.
     raw = bytes.fromhex(hex_address)
-    words = b"".join(int.from_bytes(raw[i:i + 4], "big").to_bytes(4, sys.byteorder) for i in range(0, len(raw), 4))
+    words = b"".join(int.from_bytes(raw[i : i + 4], "big").to_bytes(4, sys.byteorder) for i in range(0, len(raw), 4))
     return ipaddress.ip_address(words)
 
 
@@ -146,4 +150,4 @@ def _parent(pid: int) -> int:
             data = f.read()
     except OSError:
         return 0
-    return int(data[data.rindex(b")") + 2:].split()[1])  # after the state letter; the name may hold ')'
+    return int(data[data.rindex(b")") + 2 :].split()[1])  # after the state letter; the name may hold ')'

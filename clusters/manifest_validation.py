@@ -126,8 +126,9 @@ def _schema_problems(manifest: dict, validator) -> list[str]:
         if error.validator == "additionalProperties" and error.validator_value is False:
             extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
             known = ", ".join(sorted(error.schema.get("properties", {})))
-            problems.append(f"{path}: unknown field{'s' if len(extra) > 1 else ''} {', '.join(map(repr, extra))} "
-                            f"(known: {known})")
+            problems.append(
+                f"{path}: unknown field{'s' if len(extra) > 1 else ''} {', '.join(map(repr, extra))} (known: {known})"
+            )
         else:
             problems.append(f"{path}: {error.message}")
     return problems
@@ -166,15 +167,21 @@ def _webhook_problems(manifest: dict) -> list[str]:
                 problems.append(f"{path}.template.spec.containers[{index}].image: required")
         names = [item.get("name") for item in containers if isinstance(item, dict)]
         if container and container not in names:
-            problems.append(f"{path}.template.spec.containers: the {kind} operator runs the container named "
-                            f"{container!r}; found {', '.join(map(repr, names)) or 'none'}")
+            problems.append(
+                f"{path}.template.spec.containers: the {kind} operator runs the container named "
+                f"{container!r}; found {', '.join(map(repr, names)) or 'none'}"
+            )
         problems += _pod_problems(pod, f"{path}.template.spec")
-        problems += _metadata_problems(kind, (replica.get("template") or {}).get("metadata") or {}, f"{path}.template.metadata")
+        problems += _metadata_problems(
+            kind, (replica.get("template") or {}).get("metadata") or {}, f"{path}.template.metadata"
+        )
         if kind in POD_SUFFIX and isinstance(count, int):
             pod_name = name + POD_SUFFIX[kind].format(n=max(count - 1, 0))
             if len(pod_name) > 63:
-                problems.append(f"metadata.name: too long: its pods would be called {pod_name!r} "
-                                f"({len(pod_name)} characters, at most 63)")
+                problems.append(
+                    f"metadata.name: too long: its pods would be called {pod_name!r} "
+                    f"({len(pod_name)} characters, at most 63)"
+                )
     if kind == "MPIJob":
         if "Launcher" not in replicas:
             problems.append(f"spec.{field}.Launcher: required")
@@ -188,9 +195,11 @@ def _webhook_problems(manifest: dict) -> list[str]:
 
 def _pod_problems(pod: dict, path: str) -> list[str]:
     problems = []
-    every = [("initContainers", c) for c in pod.get("initContainers") or []] + [("containers", c) for c in pod.get("containers") or []]
+    every = [("initContainers", c) for c in pod.get("initContainers") or []] + [
+        ("containers", c) for c in pod.get("containers") or []
+    ]
     seen = set()
-    for index, (group, item) in enumerate(every):
+    for group, item in every:
         name = item.get("name") if isinstance(item, dict) else None
         if not isinstance(name, str) or not DNS_1123_LABEL.match(name) or len(name) > 63:
             problems.append(f"{path}.{group}: container name {name!r} must be a DNS-1123 label")
@@ -201,7 +210,9 @@ def _pod_problems(pod: dict, path: str) -> list[str]:
     for group, item in every:
         for mount in (item.get("volumeMounts") or []) if isinstance(item, dict) else []:
             if isinstance(mount, dict) and mount.get("name") not in volumes:
-                problems.append(f"{path}.{group}[{item.get('name')}].volumeMounts: no volume named {mount.get('name')!r}")
+                problems.append(
+                    f"{path}.{group}[{item.get('name')}].volumeMounts: no volume named {mount.get('name')!r}"
+                )
     return problems
 
 
@@ -217,8 +228,9 @@ def _core_problems(manifest: dict) -> list[str]:
         return [f"{_path(exc.absolute_path)}: {exc.message}"]
     if manifest["kind"] == "Job":
         template = (manifest.get("spec") or {}).get("template") or {}
-        return (_pod_problems(template.get("spec") or {}, "spec.template.spec")
-                + _metadata_problems("Job", template.get("metadata") or {}, "spec.template.metadata"))
+        return _pod_problems(template.get("spec") or {}, "spec.template.spec") + _metadata_problems(
+            "Job", template.get("metadata") or {}, "spec.template.metadata"
+        )
     if manifest["kind"] == "NetworkPolicy":
         return _network_policy_problems(manifest.get("spec") or {})
     return []
@@ -245,7 +257,9 @@ def _network_policy_problems(spec: dict) -> list[str]:
                         problems.append(f"{path}.except[{position}]: {value!r} is not a CIDR")
                         continue
                     if inner.version != cidr.version or not inner.subnet_of(cidr) or inner == cidr:
-                        problems.append(f"{path}.except[{position}]: {value!r} must be strictly within {block['cidr']!r}")
+                        problems.append(
+                            f"{path}.except[{position}]: {value!r} must be strictly within {block['cidr']!r}"
+                        )
     return problems
 
 
@@ -256,13 +270,20 @@ def _metadata_problems(kind: str, metadata: dict, path: str) -> list[str]:
     problems = []
     name = metadata.get("name")
     if path == "metadata":
-        pattern, what = (DNS_1123_SUBDOMAIN, "a DNS-1123 subdomain") if kind == "PriorityClass" else (
-            DNS_1123_LABEL, "a DNS-1123 label") if kind in ("Namespace", "PersistentVolumeClaim", "ResourceQuota", "Job") else (DNS_1035, "a DNS-1035 label")
+        pattern, what = (
+            (DNS_1123_SUBDOMAIN, "a DNS-1123 subdomain")
+            if kind == "PriorityClass"
+            else (DNS_1123_LABEL, "a DNS-1123 label")
+            if kind in ("Namespace", "PersistentVolumeClaim", "ResourceQuota", "Job")
+            else (DNS_1035, "a DNS-1035 label")
+        )
         limit = 253 if kind == "PriorityClass" else 63
         if not isinstance(name, str) or not pattern.match(name) or len(name) > limit:
             problems.append(f"{path}.name: {name!r} must be {what} of at most {limit} characters")
     namespace = metadata.get("namespace")
-    if namespace is not None and (not isinstance(namespace, str) or not DNS_1123_LABEL.match(namespace) or len(namespace) > 63):
+    if namespace is not None and (
+        not isinstance(namespace, str) or not DNS_1123_LABEL.match(namespace) or len(namespace) > 63
+    ):
         problems.append(f"{path}.namespace: {namespace!r} must be a DNS-1123 label of at most 63 characters")
     for key, value in (metadata.get("labels") or {}).items():
         problems += [f"{path}.labels: {problem}" for problem in label_problems(key, value)]
@@ -275,12 +296,16 @@ def label_problems(key: str, value) -> list[str]:
     if prefix and (len(prefix) > 253 or not DNS_1123_SUBDOMAIN.match(prefix)):
         problems.append(f"key {key!r}: the prefix must be a DNS-1123 subdomain")
     if not name or len(name) > 63 or not LABEL_NAME.match(name):
-        problems.append(f"key {key!r}: the name must be 1-63 characters, alphanumeric at both ends, with '-', '_', '.' inside")
+        problems.append(
+            f"key {key!r}: the name must be 1-63 characters, alphanumeric at both ends, with '-', '_', '.' inside"
+        )
     if not isinstance(value, str):
         problems.append(f"{key}: the value must be a string (is {value!r})")
     elif value and (len(value) > 63 or not LABEL_NAME.match(value)):
-        problems.append(f"{key}: value {value!r} must be at most 63 characters, alphanumeric at both ends, "
-                        "with '-', '_', '.' inside")
+        problems.append(
+            f"{key}: value {value!r} must be at most 63 characters, alphanumeric at both ends, "
+            "with '-', '_', '.' inside"
+        )
     return problems
 
 

@@ -5,10 +5,10 @@ without moving data."""
 
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models import Q
 
 from accounts.models import Department
 from core.validators import dns_label
-from django.db.models import Q
 
 
 class Cluster(models.Model):
@@ -46,8 +46,12 @@ class GpuPool(models.Model):
         SPREAD = "spread", "Spread (emptiest node first)"
         FRAGMENTATION = "fragmentation", "Fragmentation-aware (keep whole nodes free for large gangs)"
 
-    placement = models.CharField(max_length=20, choices=Placement.choices, default=Placement.BINPACK,
-                                 help_text="How the scheduler picks nodes and GPUs for this pool's jobs.")
+    placement = models.CharField(
+        max_length=20,
+        choices=Placement.choices,
+        default=Placement.BINPACK,
+        help_text="How the scheduler picks nodes and GPUs for this pool's jobs.",
+    )
 
     class Meta:
         db_table = "quotas_gpupool"

@@ -18,7 +18,7 @@ model router), plus ``ingress_namespaces`` (e.g. Knative's and Istio's, for serv
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from clusters.k8s import ClusterSettings
@@ -34,21 +34,29 @@ DNS_NAMESPACE, DNS_POD_LABELS, NODE_LOCAL_DNS = "kube-system", {"k8s-app": "kube
 DEFAULT_INTERNAL_CIDRS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16")
 
 
-def pod_security_context(run_as_user: int, run_as_group: int) -> dict:
-    return {"runAsNonRoot": True, "runAsUser": run_as_user, "runAsGroup": run_as_group, "fsGroup": run_as_group,
-            "seccompProfile": {"type": "RuntimeDefault"}}
+def pod_security_context(run_as_user: int, run_as_group: int) -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": run_as_user,
+        "runAsGroup": run_as_group,
+        "fsGroup": run_as_group,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
-def container_security_context(*, read_only_root: bool = True) -> dict:
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": read_only_root}
+def container_security_context(*, read_only_root: bool = True) -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": read_only_root,
+    }
 
 
-def scratch_volume() -> dict:
+def scratch_volume() -> dict[str, Any]:
     return {"name": SCRATCH_VOLUME, "emptyDir": {}}
 
 
-def scratch_mount() -> dict:
+def scratch_mount() -> dict[str, Any]:
     return {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}
 
 
@@ -56,7 +64,7 @@ def scratch_env() -> dict[str, str]:
     return {"HOME": SCRATCH_DIR, "TMPDIR": SCRATCH_DIR}
 
 
-def cidr_problem(value) -> str:
+def cidr_problem(value: Any) -> str:
     """Why ``value`` cannot be one of internal_cidrs ("" when it can)."""
     try:
         network = ipaddress.ip_network(value)
@@ -67,7 +75,7 @@ def cidr_problem(value) -> str:
     return ""
 
 
-def network_policy_manifest(department: str, cluster: ClusterSettings, labels: dict[str, str]) -> dict:
+def network_policy_manifest(department: str, cluster: ClusterSettings, labels: dict[str, str]) -> dict[str, Any]:
     networks = [ipaddress.ip_network(cidr) for cidr in cluster.internal_cidrs]
     outside = [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [str(n) for n in networks if n.version == 4]}}]
     ipv6 = [str(n) for n in networks if n.version == 6]
@@ -77,18 +85,26 @@ def network_policy_manifest(department: str, cluster: ClusterSettings, labels: d
         if not block["ipBlock"]["except"]:
             del block["ipBlock"]["except"]
     dns = {
-        "to": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: DNS_NAMESPACE}},
-                "podSelector": {"matchLabels": dict(DNS_POD_LABELS)}},
-               {"ipBlock": {"cidr": NODE_LOCAL_DNS}}],
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: DNS_NAMESPACE}},
+                "podSelector": {"matchLabels": dict(DNS_POD_LABELS)},
+            },
+            {"ipBlock": {"cidr": NODE_LOCAL_DNS}},
+        ],
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
     }
     peers = [cluster.portal_namespace, *cluster.ingress_namespaces]
-    ingress = [{"podSelector": {}}] + [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}} for name in peers]
+    ingress: list[dict[str, Any]] = [{"podSelector": {}}] + [
+        {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}} for name in peers
+    ]
     return {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
         "metadata": {"name": NETWORK_POLICY, "namespace": cluster.namespace(department), "labels": labels},
         "spec": {
-            "podSelector": {}, "policyTypes": ["Ingress", "Egress"],
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
             "ingress": [{"from": ingress}],
             "egress": [{"to": [{"podSelector": {}}]}, dns, {"to": outside}],
         },

@@ -34,10 +34,27 @@ from pathlib import Path
 
 SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Files of /etc a job has no business reading even where their mode would let it.
-HIDDEN_ETC = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/ssh", "/etc/sudoers",
-              "/etc/sudoers.d", "/etc/postgresql", "/etc/redis", "/etc/gpu-portal", "/etc/machine-id")
-GPU_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
-                       "/dev/nvidia-caps", "/dev/dri")
+HIDDEN_ETC = (
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/postgresql",
+    "/etc/redis",
+    "/etc/gpu-portal",
+    "/etc/machine-id",
+)
+GPU_CONTROL_DEVICES = (
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+    "/dev/nvidia-caps",
+    "/dev/dri",
+)
 SYSTEM = {"/usr", "/etc", "/sys", *(f"/{name}" for name in SYSTEM_LINKS)}  # bound read-only as they are
 DNS = "10.0.2.3"  # slirp4netns's built-in resolver
 
@@ -86,10 +103,14 @@ def available() -> list[str]:
     missing = [tool for tool in ("bwrap", "slirp4netns") if shutil.which(tool) is None]
     if os.geteuid() == 0 and not shutil.which("setpriv"):
         missing.append("setpriv")
-    problems = [f"{tool} is not installed (Debian: apt-get install {'bubblewrap' if tool == 'bwrap' else tool})"
-                for tool in missing]
+    problems = [
+        f"{tool} is not installed (Debian: apt-get install {'bubblewrap' if tool == 'bwrap' else tool})"
+        for tool in missing
+    ]
     if not os.access("/dev/net/tun", os.R_OK | os.W_OK):
-        problems.append("/dev/net/tun cannot be opened by the portal's user (slirp4netns needs it; it is 0666 on Debian)")
+        problems.append(
+            "/dev/net/tun cannot be opened by the portal's user (slirp4netns needs it; it is 0666 on Debian)"
+        )
     return problems
 
 
@@ -103,8 +124,17 @@ def gpu_devices(gpus: tuple[int, ...]) -> list[str]:
 
 def bwrap_argv(box: Sandbox, *, files_dir: Path, info_fd: int | None, block_fd: int | None) -> list[str]:
     """The bwrap command line for ``box`` (``files_dir`` holds the small files it gets)."""
-    argv = ["bwrap", "--unshare-pid", *([] if box.host_network else ["--unshare-net"]), "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try", *(["--new-session"] if box.new_session else []), "--hostname", "sandbox"]
+    argv = [
+        "bwrap",
+        "--unshare-pid",
+        *([] if box.host_network else ["--unshare-net"]),
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        *(["--new-session"] if box.new_session else []),
+        "--hostname",
+        "sandbox",
+    ]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     if block_fd is not None:
@@ -145,7 +175,11 @@ def bwrap_argv(box: Sandbox, *, files_dir: Path, info_fd: int | None, block_fd: 
     for bind in box.binds:
         if not bind.writable and bind.source == bind.target and _covered(bind.target, SYSTEM):
             continue  # already visible through a system bind
-        argv += _parents(bind.target, made, bound) + ["--bind" if bind.writable else "--ro-bind", bind.source, bind.target]
+        argv += _parents(bind.target, made, bound) + [
+            "--bind" if bind.writable else "--ro-bind",
+            bind.source,
+            bind.target,
+        ]
         bound.add(bind.target)
     argv += ["--chdir", box.cwd, "--clearenv"]
     for name, value in box.env.items():
@@ -153,9 +187,18 @@ def bwrap_argv(box: Sandbox, *, files_dir: Path, info_fd: int | None, block_fd: 
     argv.append("--")
     if root and box.uid is not None:
         groups = ",".join(str(g) for g in box.groups)
-        argv += ["setpriv", "--reuid", str(box.uid), "--regid", str(box.gid if box.gid is not None else box.uid),
-                 f"--groups={groups}" if groups else "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
-                 "--no-new-privs", "--"]
+        argv += [
+            "setpriv",
+            "--reuid",
+            str(box.uid),
+            "--regid",
+            str(box.gid if box.gid is not None else box.uid),
+            f"--groups={groups}" if groups else "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
     return argv + list(box.argv)
 
 
@@ -174,8 +217,9 @@ def start(box: Sandbox, *, files_dir: Path, stdout=None, stderr=None, pass_fds: 
         argv = bwrap_argv(box, files_dir=files_dir, info_fd=info_w, block_fd=block_r)
         block_fd_number = block_r
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, pass_fds=fds,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, pass_fds=fds, start_new_session=True
+            )
         except OSError as exc:
             raise SandboxError(f"cannot run bwrap: {exc}") from exc
         for fd in (info_w, block_r, exit_w):
@@ -252,8 +296,16 @@ def _owning_userns(pid: int) -> int:
 
 def _start_network(pid: int, exit_fd: int) -> int:
     ready_r, ready_w = os.pipe()
-    argv = ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback", "--exit-fd", str(exit_fd),
-            "--ready-fd", str(ready_w)]
+    argv = [
+        "slirp4netns",
+        "--configure",
+        "--mtu=65520",
+        "--disable-host-loopback",
+        "--exit-fd",
+        str(exit_fd),
+        "--ready-fd",
+        str(ready_w),
+    ]
     fds = [exit_fd, ready_w]
     if os.geteuid() != 0:
         # The user namespace that owns the sandbox's network namespace: bwrap nests a second one (for /dev's
@@ -262,8 +314,14 @@ def _start_network(pid: int, exit_fd: int) -> int:
         fds.append(userns)
         argv.append(f"--userns-path=/proc/self/fd/{userns}")
     try:
-        net = subprocess.Popen([*argv, str(pid), "tap0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, pass_fds=tuple(fds), start_new_session=True)
+        net = subprocess.Popen(
+            [*argv, str(pid), "tap0"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=tuple(fds),
+            start_new_session=True,
+        )
     except OSError as exc:
         os.close(ready_r)
         os.close(ready_w)
@@ -326,10 +384,21 @@ def server_argv(argv: list[str], *, readable: list[str], env: dict[str, str], cw
     reason, the namespace and bwrap end with it).
     """
     prefixes = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), sys.prefix}
-    binds = [Bind(path, path) for path in sorted(prefixes)] + [Bind(path, path) for path in readable if os.path.exists(path)]
-    box = Sandbox(argv=argv, cwd=cwd, env={**env, "HOME": "/tmp", "TMPDIR": "/tmp"}, binds=tuple(binds),
-                  uid=NOBODY if os.geteuid() == 0 else None, gid=NOBODY if os.geteuid() == 0 else None,
-                  host_network=True, tmp_size=256 * 1024 * 1024, new_session=False, as_pid_1=True)
+    binds = [Bind(path, path) for path in sorted(prefixes)] + [
+        Bind(path, path) for path in readable if os.path.exists(path)
+    ]
+    box = Sandbox(
+        argv=argv,
+        cwd=cwd,
+        env={**env, "HOME": "/tmp", "TMPDIR": "/tmp"},
+        binds=tuple(binds),
+        uid=NOBODY if os.geteuid() == 0 else None,
+        gid=NOBODY if os.geteuid() == 0 else None,
+        host_network=True,
+        tmp_size=256 * 1024 * 1024,
+        new_session=False,
+        as_pid_1=True,
+    )
     return bwrap_argv(box, files_dir=Path("/nonexistent"), info_fd=None, block_fd=None)
 
 
@@ -349,11 +418,13 @@ def server_pid(bwrap_pid: int, timeout: float = 10) -> int:
 
 def passwd_files(uid: int, gid: int, home: str) -> tuple[tuple[str, str], ...]:
     """/etc/passwd and /etc/group with an entry for the sandbox's user (ssh and some tools insist on one)."""
+
     def read(path: str) -> str:
         try:
             return Path(path).read_text()
         except OSError:
             return ""
+
     passwd = "".join(line + "\n" for line in read("/etc/passwd").splitlines() if line)
     group = "".join(line + "\n" for line in read("/etc/group").splitlines() if line)
     if f":x:{uid}:" not in passwd:

@@ -32,9 +32,26 @@ def sandbox_problems() -> list[str]:
 
 def _trial(bwrap: str) -> str:
     command = [
-        bwrap, "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
-        "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
-        "--", "/usr/bin/true",
+        bwrap,
+        "--unshare-all",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        "/usr/bin/true",
     ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=TRIAL_TIMEOUT_SECONDS, check=False)
@@ -45,5 +62,7 @@ def _trial(bwrap: str) -> str:
     if done.returncode == 0:
         return ""
     detail = done.stderr.strip() or f"exit status {done.returncode}"
-    return (f"bubblewrap cannot create a sandbox here ({detail}); user namespaces may be switched off "
-            "(sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces) or forbidden by a container.")
+    return (
+        f"bubblewrap cannot create a sandbox here ({detail}); user namespaces may be switched off "
+        "(sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces) or forbidden by a container."
+    )

@@ -18,7 +18,9 @@ def cluster_settings(cluster: Cluster) -> ClusterSettings:
     """How the portal uses a Kubernetes cluster (its settings JSON with defaults, GPU memory from its pools)."""
     try:
         return ClusterSettings.from_cluster(
-            cluster.name, cluster.settings, [(pool.gpu_type, pool.gpu_memory_gb) for pool in cluster.pools.all()],
+            cluster.name,
+            cluster.settings,
+            [(pool.gpu_type, pool.gpu_memory_gb) for pool in cluster.pools.all()],
         )
     except ManifestError as exc:
         raise ExecutorError(str(exc), permanent=True) from exc

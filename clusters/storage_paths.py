@@ -18,8 +18,26 @@ from dataclasses import dataclass
 
 # The host's own directories; /lib* is expanded on the host (lib32, lib64, libx32 ...).
 SYSTEM_DIRECTORIES = (
-    "/", "/etc", "/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot",
-    "/root", "/run", "/var/run", "/var/lib/postgresql", "/var/lib/redis", "/var/lib/docker", "/var/lib/containerd",
+    "/",
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/boot",
+    "/root",
+    "/run",
+    "/var/run",
+    "/var/lib/postgresql",
+    "/var/lib/redis",
+    "/var/lib/docker",
+    "/var/lib/containerd",
     "/var/lib/kubelet",
 )
 
@@ -62,22 +80,29 @@ def local_path_problems(path: str, *, protected: Sequence[Protected], allowed_in
     forms = {path, real}
     exempt = any(_inside(real, os.path.realpath(area)) for area in allowed_inside)
     shown = path if real == path else f"{path} (which is {real})"
-    relations = [(_relation(forms, {item.path, os.path.realpath(item.path)}), index, item)
-                 for index, item in enumerate(protected) if item.system or not exempt]
+    relations = [
+        (_relation(forms, {item.path, os.path.realpath(item.path)}), index, item)
+        for index, item in enumerate(protected)
+        if item.system or not exempt
+    ]
     # One reason is enough, the closest: being a protected directory, then lying in one, then holding one.
     found = min((r for r in relations if r[0] is not None), default=None, key=lambda r: (r[0], r[1]))
     problems = []
     if found is not None:
         relation, _, item = found
-        problems.append([
-            f"{shown} is {item.what}; jobs may not mount it. Choose a directory made for the data.",
-            f"{shown} lies inside {item.what} ({item.path}); jobs may not mount it. Choose a directory outside it.",
-            f"{shown} contains {item.what} ({item.path}); jobs would see it. Choose a directory that holds only the data.",
-        ][relation])
+        problems.append(
+            [
+                f"{shown} is {item.what}; jobs may not mount it. Choose a directory made for the data.",
+                f"{shown} lies inside {item.what} ({item.path}); jobs may not mount it. Choose a directory outside it.",
+                f"{shown} contains {item.what} ({item.path}); jobs would see it. Choose a directory that holds only the data.",
+            ][relation]
+        )
     if not problems:
         if not os.path.exists(real):
-            problems.append(f"There is no directory {path} on this host; create it first "
-                            "(the portal does not create storage directories).")
+            problems.append(
+                f"There is no directory {path} on this host; create it first "
+                "(the portal does not create storage directories)."
+            )
         elif not os.path.isdir(real):
             problems.append(f"{path} is a file, not a directory.")
     return problems

@@ -53,4 +53,6 @@ def healthz(request):
             report[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         else:
             report[name] = {"ok": True, "ms": round((time.monotonic() - started) * 1000, 1)}
-    return JsonResponse({"status": "ok" if healthy else "unavailable", "checks": report}, status=200 if healthy else 503)
+    return JsonResponse(
+        {"status": "ok" if healthy else "unavailable", "checks": report}, status=200 if healthy else 503
+    )

@@ -51,7 +51,9 @@ def _settings_from_env():
         "artifact_max_bytes": env.int("PORTAL_ARTIFACT_MAX_BYTES", 20 * 1024**3, minimum=1),
         "webhook_allow_private": env.bool("PORTAL_WEBHOOK_ALLOW_PRIVATE", False),
         "metrics_token": env.str("PORTAL_METRICS_TOKEN"),
-        "metrics_allow": _networks("PORTAL_METRICS_ALLOW", env.list("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])),
+        "metrics_allow": _networks(
+            "PORTAL_METRICS_ALLOW", env.list("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
+        ),
         "bench": env.bool("PORTAL_BENCH", False),
     }
 
@@ -81,7 +83,9 @@ def _local_secret_key(data_root: Path) -> str:
 
 _s = _read_settings()
 if _s["log_level"] not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
-    raise ImproperlyConfigured(f"Invalid setting: PORTAL_LOG_LEVEL={_s['log_level']!r} is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+    raise ImproperlyConfigured(
+        f"Invalid setting: PORTAL_LOG_LEVEL={_s['log_level']!r} is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
+    )
 
 PORTAL_DATA_ROOT = _s["data_root"]
 PORTAL_PORT = _s["port"]
@@ -134,6 +138,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # django-prometheus (/metrics): first and last, so that the pair times and counts every request and response.
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -143,6 +149,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -177,6 +184,13 @@ if _default_db["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so that the worker and server processes started by the
     # end-to-end tests see the test database.
     _default_db["TEST"] = {"NAME": str(PORTAL_DATA_ROOT / "test-portal.sqlite3")}
+# django-prometheus's wrappers of the same backends count connections, queries, their errors and durations
+# (django_db_*, /metrics); connection.vendor stays "sqlite" / "postgresql". Not the channels-lite file below:
+# its ORM polls every 50 ms while a websocket listens, which would drown the portal's own queries.
+_default_db["ENGINE"] = {
+    "django.db.backends.sqlite3": "django_prometheus.db.backends.sqlite3",
+    "django.db.backends.postgresql": "django_prometheus.db.backends.postgresql",
+}.get(_default_db["ENGINE"], _default_db["ENGINE"])
 DATABASES = {"default": _default_db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -184,9 +198,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
     CELERY_BROKER_URL = REDIS_URL
-    CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
-    }
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     # kombu's filesystem transport: a real broker between processes of one
@@ -292,7 +304,10 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {"anon": _s["throttle_anon"], "user": _s["throttle_user"]},
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.exception_handler",
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",

@@ -36,10 +36,12 @@ def is_local_code(url: str) -> bool:
 
 def local_path(url: str) -> str:
     """The folder a local code_url names (file:// or a plain path)."""
-    return url[len("file://"):] if url.lower().startswith("file://") else url
+    return url[len("file://") :] if url.lower().startswith("file://") else url
 
 
-def code_url_problem(url: str, *, allow_local: bool, https_only: bool = False, where: str = "this cluster") -> str | None:
+def code_url_problem(
+    url: str, *, allow_local: bool, https_only: bool = False, where: str = "this cluster"
+) -> str | None:
     """What is wrong with ``url`` as a repository to clone, in words a person can act on; None when nothing is.
 
     ``allow_local``: the cluster runs code from its own disk (file:// or an absolute path).
@@ -56,8 +58,10 @@ def code_url_problem(url: str, *, allow_local: bool, https_only: bool = False, w
         if any(ch.isspace() for ch in url) or "#" in url or url.startswith("-"):
             return "A repository URL cannot contain spaces or '#' or start with '-'."
         if scheme != "https" or not url.split("://", 1)[1].split("/", 1)[0]:
-            return ("Kaniko fetches repositories over https; give an https:// URL, e.g. "
-                    "https://git.example.com/team/images.git.")
+            return (
+                "Kaniko fetches repositories over https; give an https:// URL, e.g. "
+                "https://git.example.com/team/images.git."
+            )
         return None
     if url.startswith("-") or any(ch.isspace() for ch in url):
         return "A code URL cannot start with '-' or contain spaces."
@@ -70,5 +74,6 @@ def code_url_problem(url: str, *, allow_local: bool, https_only: bool = False, w
     if remote or local:
         return None
     shown = f"'{scheme}://'" if scheme else "this form"
-    return (f"Code URLs with {shown} are not accepted; use https://, ssh://, git:// or git@host:path"
-            + (" (or a local path on this cluster)." if allow_local else "."))
+    return f"Code URLs with {shown} are not accepted; use https://, ssh://, git:// or git@host:path" + (
+        " (or a local path on this cluster)." if allow_local else "."
+    )

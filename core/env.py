@@ -11,6 +11,7 @@ Pure module: no Django imports, so it can be used before settings exist.
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 from collections.abc import Mapping
@@ -46,7 +47,7 @@ class Env:
             return default
         return value
 
-    def bool(self, name: str, default: bool) -> bool:
+    def bool(self, name: builtins.str, default: builtins.bool) -> builtins.bool:
         value = self.str(name)
         if value is None:
             return default
@@ -57,7 +58,14 @@ class Env:
             return False
         raise EnvError(f"{name}={value!r} is not a boolean: use one of true/false, 1/0, yes/no, on/off")
 
-    def int(self, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    def int(
+        self,
+        name: builtins.str,
+        default: builtins.int,
+        *,
+        minimum: builtins.int | None = None,
+        maximum: builtins.int | None = None,
+    ) -> builtins.int:
         value = self.str(name)
         if value is None:
             return default
@@ -71,7 +79,7 @@ class Env:
             raise EnvError(f"{name}={number} is above the maximum of {maximum}")
         return number
 
-    def list(self, name: str, default: list[str]) -> list[str]:
+    def list(self, name: builtins.str, default: builtins.list[builtins.str]) -> builtins.list[builtins.str]:
         value = self.str(name)
         if value is None:
             return list(default)
@@ -80,20 +88,27 @@ class Env:
             raise EnvError(f"{name}={value!r} has an empty item: separate values with single commas")
         return items
 
-    def rate(self, name: str, default: str) -> str:
+    def rate(self, name: builtins.str, default: builtins.str) -> builtins.str:
         """A throttle rate such as ``100/min`` (DRF's format)."""
-        value = self.str(name, default)
+        value = self.str(name) or default
         if not re.fullmatch(r"\d+/(s|sec|second|m|min|minute|h|hour|d|day)", value):
-            raise EnvError(f"{name}={value!r} is not a rate: write it as <count>/<second|minute|hour|day>, e.g. 100/minute")
+            raise EnvError(
+                f"{name}={value!r} is not a rate: write it as <count>/<second|minute|hour|day>, e.g. 100/minute"
+            )
         return value
 
-    def url(self, name: str, default: str | None, *, schemes: tuple[str, ...]) -> str | None:
+    def url(
+        self, name: builtins.str, default: builtins.str | None, *, schemes: tuple[builtins.str, ...]
+    ) -> builtins.str | None:
         value = self.str(name, default)
         if value is None:
             return None
         scheme = value.split("://", 1)[0] if "://" in value else ""
         if scheme not in schemes:
-            raise EnvError(f"{name}={_redact(value)!r} must be a URL starting with one of: " + ", ".join(f"{s}://" for s in schemes))
+            raise EnvError(
+                f"{name}={_redact(value)!r} must be a URL starting with one of: "
+                + ", ".join(f"{s}://" for s in schemes)
+            )
         return value
 
 

@@ -14,7 +14,7 @@ No Django: plain strings in, messages for a person out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -23,7 +23,11 @@ INDEX_OPTIONS = ("--index-url", "--extra-index-url", "-i")
 
 
 def requirement_problems(
-    lines: Iterable[str], *, allow_local_files: bool = False, allowed_indexes: Iterable[str] = (), where: str = "",
+    lines: Iterable[str],
+    *,
+    allow_local_files: bool = False,
+    allowed_indexes: Iterable[str] = (),
+    where: str = "",
 ) -> list[str]:
     """One message per line that breaks a rule; [] when every line may be installed."""
     allowed = {index.rstrip("/") for index in allowed_indexes}
@@ -45,8 +49,10 @@ def _line_problem(line: str, *, allow_local_files: bool, allowed: set[str]) -> s
                 return ""
             names = ", ".join(sorted(allowed)) or "none"
             return f"installs from an index this cluster does not allow (allowed indexes: {names})."
-        return (f"is an installer option ({option}), which is not accepted; list each package by name "
-                "(e.g. numpy==2.4.6) in the job's requirements or the repository's requirements.txt.")
+        return (
+            f"is an installer option ({option}), which is not accepted; list each package by name "
+            "(e.g. numpy==2.4.6) in the job's requirements or the repository's requirements.txt."
+        )
     try:
         requirement = Requirement(line)
     except InvalidRequirement as exc:
@@ -57,17 +63,26 @@ def _line_problem(line: str, *, allow_local_files: bool, allowed: set[str]) -> s
         scheme = urlsplit(requirement.url).scheme.lower()
         if scheme == "file" and allow_local_files:
             return ""
-        return (f"is a direct reference to {requirement.url}, which is not accepted; ask for "
-                f"{requirement.name} by name and version from the package index.")
+        return (
+            f"is a direct reference to {requirement.url}, which is not accepted; ask for "
+            f"{requirement.name} by name and version from the package index."
+        )
     return ""
 
 
 MAX_REQUIREMENTS = 200
 
 
-def pip_requirements(items, fail, *, field: str = "requirements", limit: int = MAX_REQUIREMENTS,
-                     too_many: str = "; put more in the repository's requirements.txt", allow_local_files: bool = False,
-                     allowed_indexes: tuple[str, ...] = ()) -> list[str]:
+def pip_requirements(
+    items: Sequence[str],
+    fail: Callable[[str, str], object],
+    *,
+    field: str = "requirements",
+    limit: int = MAX_REQUIREMENTS,
+    too_many: str = "; put more in the repository's requirements.txt",
+    allow_local_files: bool = False,
+    allowed_indexes: tuple[str, ...] = (),
+) -> list[str]:
     """Each item a requirement by name (core.requirements' rules), at most ``limit`` of them; problems
     reported with ``fail``."""
     if len(items) > limit:

@@ -17,11 +17,11 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from quotas.isolation import cluster_save
+from accounts.models import Department, Membership
 from clusters.inventory import DetectedPool
 from clusters.models import Cluster, GpuPool, Storage
-from accounts.models import Department, Membership
 from images.models import FrameworkImage
+from quotas.isolation import cluster_save
 from quotas.models import PriorityClass, Quota
 
 DEPARTMENTS = {"vision": "Computer Vision", "nlp": "Natural Language Processing"}
@@ -71,7 +71,11 @@ class DemoResult:
 
 
 def demo_load(
-    *, data_root: Path, pools: list[DetectedPool], password: str | None, with_kubernetes: bool = False,
+    *,
+    data_root: Path,
+    pools: list[DetectedPool],
+    password: str | None,
+    with_kubernetes: bool = False,
 ) -> DemoResult:
     """Load the demo world; ``with_kubernetes`` adds the k8s-demo cluster and quotas on it.
 
@@ -113,7 +117,9 @@ def demo_load(
                 cluster=cluster,
                 gpu_type=detected.gpu_type,
                 defaults={
-                    "gpu_memory_gb": detected.gpu_memory_gb, "nodes": 1, "gpus_per_node": detected.gpus,
+                    "gpu_memory_gb": detected.gpu_memory_gb,
+                    "nodes": 1,
+                    "gpus_per_node": detected.gpus,
                     "shareable": True,
                 },
             )
@@ -122,7 +128,8 @@ def demo_load(
                 share, rest = divmod(pool.total, len(departments))
                 for index, department in enumerate(departments.values()):
                     Quota.objects.get_or_create(
-                        department=department, pool=pool,
+                        department=department,
+                        pool=pool,
                         defaults={"nominal": share + (rest if index == 0 else 0), "borrowing_limit": None},
                     )
 
@@ -140,7 +147,8 @@ def demo_load(
             path = data_root / "storage" / storage_name
             path.mkdir(parents=True, exist_ok=True)
             Storage.objects.get_or_create(
-                department=departments[slug], name=storage_name,
+                department=departments[slug],
+                name=storage_name,
                 defaults={"kind": Storage.Kind.LOCAL, "local_path": str(path), "description": "Demo data sets"},
             )
     return DemoResult(password=password, password_source=source, users=summary, pools=pools)
@@ -150,13 +158,15 @@ def _load_k8s_demo(departments: dict[str, Department]) -> None:
     k8s = _cluster_ensure(name=K8S_DEMO, backend=Cluster.Backend.KUBERNETES, settings=K8S_DEMO_SETTINGS)
     for gpu_type, nodes, per_node, memory, shareable in K8S_DEMO_POOLS:
         pool, created = GpuPool.objects.get_or_create(
-            cluster=k8s, gpu_type=gpu_type,
+            cluster=k8s,
+            gpu_type=gpu_type,
             defaults={"nodes": nodes, "gpus_per_node": per_node, "gpu_memory_gb": memory, "shareable": shareable},
         )
         if created:
             for department in departments.values():
                 Quota.objects.get_or_create(
-                    department=department, pool=pool,
+                    department=department,
+                    pool=pool,
                     defaults={"nominal": pool.total // len(departments), "borrowing_limit": None},
                 )
 

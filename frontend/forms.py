@@ -25,38 +25,68 @@ def _unique(items):
 
 
 class JobForm(forms.Form):
-    name = forms.CharField(label=_("Name"), max_length=200, help_text=_("Lower-case letters, digits and '-', e.g. resnet-baseline."))
+    name = forms.CharField(
+        label=_("Name"), max_length=200, help_text=_("Lower-case letters, digits and '-', e.g. resnet-baseline.")
+    )
     department = forms.ChoiceField(label=_("Department"))
     cluster = forms.ChoiceField(label=_("Cluster"))
     code_url = forms.CharField(
-        label=_("Code URL"), max_length=2000, strip=False,
+        label=_("Code URL"),
+        max_length=2000,
+        strip=False,
         help_text=_("A git repository: https://, ssh://, git:// or git@host:path."),
     )
-    code_ref = forms.CharField(label=_("Code ref"), max_length=500, required=False, help_text=_("Branch, tag or commit; empty = the default branch."))
+    code_ref = forms.CharField(
+        label=_("Code ref"),
+        max_length=500,
+        required=False,
+        help_text=_("Branch, tag or commit; empty = the default branch."),
+    )
     command = forms.CharField(
-        label=_("Command"), max_length=100_000, strip=False, widget=forms.Textarea(attrs={"rows": 2}),
+        label=_("Command"),
+        max_length=100_000,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
         help_text=_("Run in the repository's folder, e.g. python train.py --epochs 3."),
     )
     image = forms.ChoiceField(label=_("Image"))
     requirements = forms.CharField(
-        label=_("Requirements"), required=False, widget=forms.Textarea(attrs={"rows": 2}),
+        label=_("Requirements"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
         help_text=_("Extra pip requirements, one per line; the repository's requirements.txt is installed too."),
     )
     workers = forms.IntegerField(label=_("Workers"), initial=1, help_text=_("More than 1 = a distributed (gang) job."))
-    gpus_per_worker = forms.FloatField(label=_("GPUs per worker"), initial=1, help_text=_("0, a fraction such as 0.5 on shared pools, or a whole number."))
+    gpus_per_worker = forms.FloatField(
+        label=_("GPUs per worker"),
+        initial=1,
+        help_text=_("0, a fraction such as 0.5 on shared pools, or a whole number."),
+    )
     gpu_type = forms.ChoiceField(label=_("GPU type"), required=False)
     priority = forms.ChoiceField(label=_("Priority"))
     mounts = forms.CharField(
-        label=_("Mounts"), required=False, widget=forms.Textarea(attrs={"rows": 2}),
+        label=_("Mounts"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
         help_text=_("One per line: storage:/path, with :ro at the end for read-only, e.g. vision-datasets:/data:ro."),
     )
     env = forms.CharField(
-        label=_("Environment"), required=False, widget=forms.Textarea(attrs={"rows": 2}),
+        label=_("Environment"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
         help_text=_("One variable per line: NAME=value."),
     )
-    tensorboard = forms.BooleanField(label=_("TensorBoard"), required=False, initial=True, help_text=_("Offer TensorBoard for this job's event files."))
+    tensorboard = forms.BooleanField(
+        label=_("TensorBoard"),
+        required=False,
+        initial=True,
+        help_text=_("Offer TensorBoard for this job's event files."),
+    )
     max_runtime = forms.FloatField(
-        label=_("Max runtime"), required=False, min_value=0, max_value=30 * 24,
+        label=_("Max runtime"),
+        required=False,
+        min_value=0,
+        max_value=30 * 24,
         help_text=_("Hours; empty = 7 days. The job is stopped after this."),
     )
 
@@ -98,7 +128,9 @@ class JobForm(forms.Form):
         return {
             **spec,
             "requirements": "\n".join(spec["requirements"]),
-            "mounts": "\n".join(f"{m['storage']}:{m['path']}{':ro' if m.get('read_only') else ''}" for m in spec["mounts"]),
+            "mounts": "\n".join(
+                f"{m['storage']}:{m['path']}{':ro' if m.get('read_only') else ''}" for m in spec["mounts"]
+            ),
             "env": "\n".join(f"{name}={value}" for name, value in spec["env"].items()),
             "gpus_per_worker": f"{spec['gpus_per_worker']:g}",
             "max_runtime": f"{runtime / SECONDS_PER_HOUR:g}" if runtime else "",
@@ -116,7 +148,10 @@ class JobForm(forms.Form):
             read_only = line.endswith(":ro")
             storage, sep, path = line.removesuffix(":ro").partition(":")
             if not sep or not storage or not path:
-                problems.append(_("Line %(number)s: write storage:/path (and :ro for read-only), not %(line)r.") % {"number": number, "line": line})
+                problems.append(
+                    _("Line %(number)s: write storage:/path (and :ro for read-only), not %(line)r.")
+                    % {"number": number, "line": line}
+                )
                 continue
             mounts.append({"storage": storage.strip(), "path": path.strip(), "read_only": read_only})
         if problems:
@@ -130,7 +165,9 @@ class JobForm(forms.Form):
                 continue
             name, sep, value = line.partition("=")
             if not sep:
-                problems.append(_("Line %(number)s: write NAME=value, not %(line)r.") % {"number": number, "line": line.strip()})
+                problems.append(
+                    _("Line %(number)s: write NAME=value, not %(line)r.") % {"number": number, "line": line.strip()}
+                )
                 continue
             env[name.strip()] = value
         if problems:

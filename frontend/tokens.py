@@ -5,7 +5,6 @@ Included from frontend/urls.py as `tokens/`; the work is done by accounts.tokens
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.utils.translation import gettext as _
@@ -13,6 +12,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts import tokens
+from core.api import visible_or_404
 from core.errors import InvalidInput
 
 
@@ -35,7 +35,10 @@ def tokens_page(request):
         "frontend/tokens.html",
         {
             "tokens": tokens.active_tokens(user=request.user),
-            "created": created, "key": key, "errors": errors, "name": name,
+            "created": created,
+            "key": key,
+            "errors": errors,
+            "name": name,
             "name_max_length": tokens.NAME_MAX_LENGTH,
         },
         status=400 if errors else 200,
@@ -45,11 +48,10 @@ def tokens_page(request):
 @login_required
 @require_POST
 def token_revoke(request, token_id):
-    token = tokens.token_revoke(user=request.user, token_id=token_id)
-    if token is None:
-        raise Http404(_("No such token among yours."))
+    token = visible_or_404(tokens.token_revoke(user=request.user, token_id=token_id), _("No such token among yours."))
     messages.success(
-        request, _("Revoked the token “%(name)s”. Requests with its key are refused from now on.") % {"name": token.name}
+        request,
+        _("Revoked the token “%(name)s”. Requests with its key are refused from now on.") % {"name": token.name},
     )
     return redirect("tokens")
 

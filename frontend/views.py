@@ -20,6 +20,7 @@ from accounts import permissions
 from accounts import selectors as account_selectors
 from clusters import selectors as cluster_selectors
 from clusters.cluster_settings import cluster_warnings, clusters_unisolated
+from core.api import visible_or_404
 from core.errors import Conflict, InvalidInput
 from frontend.forms import JobForm
 from jobs import lifecycle, selectors, services
@@ -29,10 +30,14 @@ from jobs.models import Job
 JOBS_PER_PAGE = 25
 RECENT_JOBS = 10
 STATUS_LABELS = [
-    (lifecycle.QUEUED, gettext_lazy("Queued")), (lifecycle.ADMITTED, gettext_lazy("Admitted")),
-    (lifecycle.STARTING, gettext_lazy("Starting")), (lifecycle.RUNNING, gettext_lazy("Running")),
-    (lifecycle.SUCCEEDED, gettext_lazy("Succeeded")), (lifecycle.FAILED, gettext_lazy("Failed")),
-    (lifecycle.CANCELLED, gettext_lazy("Cancelled")), (lifecycle.PREEMPTED, gettext_lazy("Preempted")),
+    (lifecycle.QUEUED, gettext_lazy("Queued")),
+    (lifecycle.ADMITTED, gettext_lazy("Admitted")),
+    (lifecycle.STARTING, gettext_lazy("Starting")),
+    (lifecycle.RUNNING, gettext_lazy("Running")),
+    (lifecycle.SUCCEEDED, gettext_lazy("Succeeded")),
+    (lifecycle.FAILED, gettext_lazy("Failed")),
+    (lifecycle.CANCELLED, gettext_lazy("Cancelled")),
+    (lifecycle.PREEMPTED, gettext_lazy("Preempted")),
 ]
 
 
@@ -45,10 +50,9 @@ def _render_live(request, page: str, part: str, context: dict):
 
 
 def _visible_job(request, job_id: int) -> Job:
-    job = selectors.job_get(user=request.user, job_id=job_id)
-    if job is None:
-        raise Http404(_("No job with that id in your departments."))
-    return job
+    return visible_or_404(
+        selectors.job_get(user=request.user, job_id=job_id), _("No job with that id in your departments.")
+    )
 
 
 def _bar(quota, usage) -> dict:
@@ -56,7 +60,8 @@ def _bar(quota, usage) -> dict:
     total = max(quota.pool.total, 1)
     within = min(usage.in_use, quota.nominal)
     return {
-        "quota": quota, "usage": usage,
+        "quota": quota,
+        "usage": usage,
         "within_pct": round(100 * within / total, 1),
         "borrowed_pct": round(100 * usage.borrowed / total, 1),
         "nominal_pct": round(100 * min(quota.nominal, total) / total, 1),
@@ -86,8 +91,10 @@ def home(request):
 def job_list(request):
     params = request.GET
     filters = {
-        "department": params.get("department", ""), "status": params.get("status", ""),
-        "submitted_by": params.get("user", "").strip(), "search": params.get("q", "").strip(),
+        "department": params.get("department", ""),
+        "status": params.get("status", ""),
+        "submitted_by": params.get("user", "").strip(),
+        "search": params.get("q", "").strip(),
     }
     jobs = selectors.jobs_for(user=request.user, **filters)
     page = Paginator(jobs, JOBS_PER_PAGE).get_page(params.get("page"))
@@ -95,8 +102,12 @@ def job_list(request):
     keep = params.copy()
     keep.pop("page", None)
     context = {
-        "page": page, "filters": filters, "departments": departments, "statuses": STATUS_LABELS,
-        "filtered": any(filters.values()), "query": keep.urlencode(),
+        "page": page,
+        "filters": filters,
+        "departments": departments,
+        "statuses": STATUS_LABELS,
+        "filtered": any(filters.values()),
+        "query": keep.urlencode(),
         "live_departments": [filters["department"]] if filters["department"] else [d.slug for d in departments],
     }
     return _render_live(request, "frontend/job_list.html", "frontend/partials/job_rows.html", context)
@@ -119,8 +130,12 @@ def job_new(request):
     else:
         source = _visible_job(request, _int_or_404(request.GET["clone"])) if request.GET.get("clone") else None
         form = JobForm(user=user, initial=JobForm.initial_from_job(source) if source else None)
-    context = {"form": form, "source": source, "has_departments": bool(form.fields["department"].choices),
-               "unisolated_clusters": clusters_unisolated(names=[name for name, _label in form.fields["cluster"].choices])}
+    context = {
+        "form": form,
+        "source": source,
+        "has_departments": bool(form.fields["department"].choices),
+        "unisolated_clusters": clusters_unisolated(names=[name for name, _label in form.fields["cluster"].choices]),
+    }
     return render(request, "frontend/job_new.html", context)
 
 
@@ -164,7 +179,8 @@ def queue(request):
     context = {
         "jobs": selectors.queue_for(user=request.user, cluster=cluster, gpu_type=gpu_type),
         "clusters": cluster_selectors.clusters_with_pools(),
-        "cluster": cluster, "gpu_type": gpu_type,
+        "cluster": cluster,
+        "gpu_type": gpu_type,
         "live_departments": [d.slug for d in account_selectors.departments_usable(user=request.user)],
     }
     return _render_live(request, "frontend/queue.html", "frontend/partials/queue_rows.html", context)
@@ -182,14 +198,14 @@ def cluster_list(request):
 
 @login_required
 def cluster_detail(request, name: str):
-    cluster = cluster_selectors.cluster_get(name=name)
-    if cluster is None:
-        raise Http404(_("No cluster with that name."))
+    cluster = visible_or_404(cluster_selectors.cluster_get(name=name), _("No cluster with that name."))
     allocated = job_usage.pool_allocated()
     gpu_map = selectors.gpu_map(user=request.user, cluster=cluster)
     pools = [(pool, allocated.get(pool.pk, 0), gpu_map[pool.pk]) for pool in cluster.pools.all()]
     context = {
-        "cluster": cluster, "pools": pools, "containment_warnings": cluster_warnings(cluster=cluster),
+        "cluster": cluster,
+        "pools": pools,
+        "containment_warnings": cluster_warnings(cluster=cluster),
         "live_departments": [d.slug for d in account_selectors.departments_usable(user=request.user)],
     }
     return _render_live(request, "frontend/cluster_detail.html", "frontend/partials/cluster_live.html", context)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
@@ -14,22 +14,32 @@ from rest_framework.fields import SkipField
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from clusters.errors import ExecutorError
+from core.api import visible_or_404
+from core.celery import TransientError
 from images import selectors, services
 from images.filters import BuildFilter
 from images.models import ImageBuild
-from core.celery import TransientError
-from clusters.errors import ExecutorError
 
 
 class BuildInputSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=60, help_text="Name of the catalogue image it becomes")
     department = serializers.CharField(max_length=40)
-    cluster = serializers.CharField(max_length=40, required=False, allow_blank=True,
-                                    help_text="A Kubernetes cluster with build_registry (default: the first one)")
+    cluster = serializers.CharField(
+        max_length=40,
+        required=False,
+        allow_blank=True,
+        help_text="A Kubernetes cluster with build_registry (default: the first one)",
+    )
     framework = serializers.CharField(max_length=20, default="python")
     base_packages = serializers.ListField(child=serializers.CharField(max_length=1000), default=list, max_length=1000)
-    dockerfile = serializers.CharField(max_length=1_000_000, required=False, allow_blank=True, trim_whitespace=False,
-                                       help_text="Dockerfile text; or give code_url instead")
+    dockerfile = serializers.CharField(
+        max_length=1_000_000,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="Dockerfile text; or give code_url instead",
+    )
     code_url = serializers.CharField(required=False, allow_blank=True)  # length and form: core.code_url
     code_ref = serializers.CharField(max_length=500, required=False, allow_blank=True)
     dockerfile_path = serializers.CharField(max_length=500, required=False, allow_blank=True)
@@ -67,9 +77,28 @@ class BuildOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = ImageBuild
         fields = [
-            "id", "name", "department", "cluster", "framework", "base_packages", "source", "dockerfile", "code_url",
-            "code_ref", "dockerfile_path", "context_path", "destination", "status", "message", "requested_by",
-            "created_at", "launched_at", "started_at", "finished_at", "image", "logs_url",
+            "id",
+            "name",
+            "department",
+            "cluster",
+            "framework",
+            "base_packages",
+            "source",
+            "dockerfile",
+            "code_url",
+            "code_ref",
+            "dockerfile_path",
+            "context_path",
+            "destination",
+            "status",
+            "message",
+            "requested_by",
+            "created_at",
+            "launched_at",
+            "started_at",
+            "finished_at",
+            "image",
+            "logs_url",
         ]
 
     def get_image(self, build) -> str | None:
@@ -85,10 +114,9 @@ class ClusterUnavailable(APIException):
 
 
 def _visible_build(request, build_id) -> ImageBuild:
-    build = selectors.build_get(user=request.user, build_id=build_id)
-    if build is None:
-        raise Http404("No image build with that id in your departments.")
-    return build
+    return visible_or_404(
+        selectors.build_get(user=request.user, build_id=build_id), "No image build with that id in your departments."
+    )
 
 
 class BuildListApi(generics.ListAPIView):

@@ -6,31 +6,56 @@ from __future__ import annotations
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from accounts import selectors as account_selectors
 from clusters.models import Cluster
 from images.models import FrameworkImage
-from accounts import selectors as account_selectors
 
 
 class BuildForm(forms.Form):
-    name = forms.CharField(label=_("Image name"), max_length=60,
-                           help_text=_("The name in the catalogue: lower-case letters, digits and '-', e.g. torch-audio."))
+    name = forms.CharField(
+        label=_("Image name"),
+        max_length=60,
+        help_text=_("The name in the catalogue: lower-case letters, digits and '-', e.g. torch-audio."),
+    )
     department = forms.ChoiceField(label=_("Department"))
     cluster = forms.ChoiceField(label=_("Cluster"))
     framework = forms.ChoiceField(label=_("Framework"), choices=FrameworkImage.Framework.choices, initial="python")
     dockerfile = forms.CharField(
-        label=_("Dockerfile"), required=False, strip=False, widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
+        label=_("Dockerfile"),
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
         help_text=_("Paste a Dockerfile; or leave this empty and give a repository below."),
     )
-    code_url = forms.CharField(label=_("Repository URL"), max_length=2000, required=False,
-                               help_text=_("An https:// git repository that holds the Dockerfile."))
-    code_ref = forms.CharField(label=_("Branch, tag or commit"), max_length=500, required=False,
-                               help_text=_("A branch name, refs/tags/<tag> or a commit SHA; empty = the default branch."))
-    context_path = forms.CharField(label=_("Context directory"), max_length=500, required=False,
-                                   help_text=_("Directory of the repository to build in; empty = its root."))
-    dockerfile_path = forms.CharField(label=_("Dockerfile path"), max_length=500, required=False, initial="Dockerfile",
-                                      help_text=_("Relative to the context directory."))
+    code_url = forms.CharField(
+        label=_("Repository URL"),
+        max_length=2000,
+        required=False,
+        help_text=_("An https:// git repository that holds the Dockerfile."),
+    )
+    code_ref = forms.CharField(
+        label=_("Branch, tag or commit"),
+        max_length=500,
+        required=False,
+        help_text=_("A branch name, refs/tags/<tag> or a commit SHA; empty = the default branch."),
+    )
+    context_path = forms.CharField(
+        label=_("Context directory"),
+        max_length=500,
+        required=False,
+        help_text=_("Directory of the repository to build in; empty = its root."),
+    )
+    dockerfile_path = forms.CharField(
+        label=_("Dockerfile path"),
+        max_length=500,
+        required=False,
+        initial="Dockerfile",
+        help_text=_("Relative to the context directory."),
+    )
     base_packages = forms.CharField(
-        label=_("Packages it provides"), required=False, widget=forms.Textarea(attrs={"rows": 2}),
+        label=_("Packages it provides"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
         help_text=_("pip requirements the image has installed, one per line (the local executor installs them)."),
     )
 
@@ -38,7 +63,8 @@ class BuildForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["department"].choices = [(d.slug, d.slug) for d in account_selectors.departments_usable(user=user)]
         self.fields["cluster"].choices = [
-            (c.name, c.name) for c in Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES).order_by("pk")]
+            (c.name, c.name) for c in Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES).order_by("pk")
+        ]
 
     def submission(self) -> dict:
         """The service's input from the raw form data (types are simple: text and lists)."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from clusters.k8s import DEPARTMENT_LABEL, MANAGED_BY, ClusterSettings
 
@@ -62,16 +63,21 @@ class BuildSettings:
     deadline_seconds: int = 3600
 
     @classmethod
-    def from_settings(cls, cluster: str, settings: Mapping) -> BuildSettings:
+    def from_settings(cls, cluster: str, settings: Mapping[str, Any]) -> BuildSettings:
         registry = str(settings.get("build_registry") or "").strip().rstrip("/")
         if not registry:
-            raise BuildSetupError(f"Cluster {cluster} has no registry to push built images to: a platform admin "
-                                  "sets build_registry in its settings (e.g. \"registry.example.com/portal\").")
+            raise BuildSetupError(
+                f"Cluster {cluster} has no registry to push built images to: a platform admin "
+                'sets build_registry in its settings (e.g. "registry.example.com/portal").'
+            )
         if not REGISTRY.match(registry):
-            raise BuildSetupError(f"Cluster {cluster}: build_registry {registry!r} is not a registry host with an "
-                                  "optional path, e.g. \"registry.example.com:5000/portal\".")
+            raise BuildSetupError(
+                f"Cluster {cluster}: build_registry {registry!r} is not a registry host with an "
+                'optional path, e.g. "registry.example.com:5000/portal".'
+            )
         made = cls(
-            registry=registry, push_secret=_typed(cluster, settings, "build_push_secret", str, ""),
+            registry=registry,
+            push_secret=_typed(cluster, settings, "build_push_secret", str, ""),
             insecure_registry=_typed(cluster, settings, "build_insecure_registry", bool, False),
             cpu=_typed(cluster, settings, "build_cpu", str, cls.cpu),
             memory=_typed(cluster, settings, "build_memory", str, cls.memory),
@@ -79,13 +85,15 @@ class BuildSettings:
         )
         for key, value in (("build_cpu", made.cpu), ("build_memory", made.memory)):
             if not QUANTITY.match(value):
-                raise BuildSetupError(f"Cluster {cluster}: {key} {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 4Gi).")
+                raise BuildSetupError(
+                    f"Cluster {cluster}: {key} {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 4Gi)."
+                )
         if made.deadline_seconds < 60:
             raise BuildSetupError(f"Cluster {cluster}: build_deadline_seconds must be at least 60.")
         return made
 
 
-def _typed(cluster: str, settings: Mapping, key: str, kind: type, default):
+def _typed(cluster: str, settings: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
     value = settings.get(key, default)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         what = {str: "a string", bool: "true or false", int: "an integer"}[kind]
@@ -131,8 +139,12 @@ def job_name(spec: BuildSpec) -> str:
 
 
 def labels(spec: BuildSpec) -> dict[str, str]:
-    return {BUILD_ID_LABEL: str(spec.build_id), DEPARTMENT_LABEL: spec.department,
-            "app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "image-build"}
+    return {
+        BUILD_ID_LABEL: str(spec.build_id),
+        DEPARTMENT_LABEL: spec.department,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/component": "image-build",
+    }
 
 
 def kaniko_args(spec: BuildSpec, build: BuildSettings) -> list[str]:
@@ -148,7 +160,7 @@ def kaniko_args(spec: BuildSpec, build: BuildSettings) -> list[str]:
     return args
 
 
-def job_manifest(spec: BuildSpec, build: BuildSettings, cluster: ClusterSettings) -> dict:
+def job_manifest(spec: BuildSpec, build: BuildSettings, cluster: ClusterSettings) -> dict[str, Any]:
     """The batch/v1 Job running Kaniko: one attempt (backoffLimit 0), bounded by the build deadline."""
     mounts, volumes = [], []
     if spec.pasted:
@@ -156,37 +168,68 @@ def job_manifest(spec: BuildSpec, build: BuildSettings, cluster: ClusterSettings
         volumes.append({"name": "context", "configMap": {"name": job_name(spec)}})
     if build.push_secret:
         mounts.append({"name": "docker-config", "mountPath": DOCKER_CONFIG_DIR, "readOnly": True})
-        volumes.append({"name": "docker-config", "secret": {
-            "secretName": build.push_secret, "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}})
+        volumes.append(
+            {
+                "name": "docker-config",
+                "secret": {
+                    "secretName": build.push_secret,
+                    "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+                },
+            }
+        )
     container = {
-        "name": CONTAINER, "image": cluster.image(KANIKO_IMAGE), "args": kaniko_args(spec, build),
+        "name": CONTAINER,
+        "image": cluster.image(KANIKO_IMAGE),
+        "args": kaniko_args(spec, build),
         "resources": {"requests": {"cpu": build.cpu, "memory": build.memory}, "limits": {"memory": build.memory}},
         "volumeMounts": mounts,
         # Kaniko writes the digest there; on a failure without one, the log's tail becomes the message.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": False,
-                            "capabilities": {"drop": ["ALL"], "add": list(KANIKO_CAPABILITIES)}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": False,
+            "capabilities": {"drop": ["ALL"], "add": list(KANIKO_CAPABILITIES)},
+        },
     }
-    pod = {"restartPolicy": "Never", "containers": [container], "volumes": volumes,
-           "enableServiceLinks": False, "automountServiceAccountToken": False,
-           "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}
+    pod = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "volumes": volumes,
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+    }
     if cluster.image_pull_secret:
         pod["imagePullSecrets"] = [{"name": cluster.image_pull_secret}]
-    job_spec = {"backoffLimit": 0, "activeDeadlineSeconds": build.deadline_seconds,
-                "template": {"metadata": {"labels": labels(spec)}, "spec": pod}}
+    job_spec = {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": build.deadline_seconds,
+        "template": {"metadata": {"labels": labels(spec)}, "spec": pod},
+    }
     if cluster.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = cluster.ttl_seconds_after_finished
     metadata = {"name": job_name(spec), "namespace": cluster.namespace(spec.department), "labels": labels(spec)}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
 
 
-def context_config_map(spec: BuildSpec, cluster: ClusterSettings, *, job_uid: str) -> dict:
+def context_config_map(spec: BuildSpec, cluster: ClusterSettings, *, job_uid: str) -> dict[str, Any]:
     """The pasted Dockerfile as the build context, owned by the build's Job (deleted with it)."""
-    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job_name(spec), "uid": job_uid,
-             "blockOwnerDeletion": True, "controller": False}
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": job_name(spec),
+        "uid": job_uid,
+        "blockOwnerDeletion": True,
+        "controller": False,
+    }
     return {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": job_name(spec), "namespace": cluster.namespace(spec.department), "labels": labels(spec),
-                     "ownerReferences": [owner]},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": job_name(spec),
+            "namespace": cluster.namespace(spec.department),
+            "labels": labels(spec),
+            "ownerReferences": [owner],
+        },
         "data": {"Dockerfile": spec.dockerfile},
     }

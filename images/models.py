@@ -7,8 +7,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from clusters.models import Cluster
 from accounts.models import Department
+from clusters.models import Cluster
 
 
 class FrameworkImage(models.Model):
@@ -23,7 +23,11 @@ class FrameworkImage(models.Model):
     image = models.CharField(max_length=300, help_text="Container image reference, e.g. pytorch/pytorch:2.4.0-cuda12.1")
     official = models.BooleanField(default=False)
     department = models.ForeignKey(
-        Department, null=True, blank=True, on_delete=models.CASCADE, related_name="images",
+        Department,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="images",
         help_text="Owner of a custom image; empty for official ones.",
     )
     # pip requirements the image provides; the local executor installs them
@@ -84,8 +88,9 @@ class ImageBuild(models.Model):
         db_table = "builds_imagebuild"
         constraints = [
             # Two active builds cannot race for one catalogue name.
-            models.UniqueConstraint(fields=["name"], condition=Q(status__in=["queued", "building"]),
-                                    name="one_active_build_per_name"),
+            models.UniqueConstraint(
+                fields=["name"], condition=Q(status__in=["queued", "building"]), name="one_active_build_per_name"
+            ),
             models.CheckConstraint(
                 condition=(Q(dockerfile="") & ~Q(code_url="")) | (~Q(dockerfile="") & Q(code_url="")),
                 name="build_has_one_source",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from images.manifests import CONTAINER
 
@@ -22,7 +23,7 @@ class Observed:
     pod: str = ""  # the newest pod: its log tells the story
 
 
-def observe(job: dict | None, pods: list[dict]) -> Observed:
+def observe(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Observed:
     """The build's phase from its Job's conditions and its newest pod.
 
     A Job condition wins (Failed before Complete): it also covers the deadline, when the pods are gone.
@@ -35,7 +36,9 @@ def observe(job: dict | None, pods: list[dict]) -> Observed:
     digest = found.group(0) if found else ""
     if job is None:
         return Observed(FAILED, "The build's Job is gone from the cluster (deleted outside the portal?).", pod=name)
-    conditions = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
+    conditions = {
+        c.get("type"): c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"
+    }
     if "Failed" in conditions:
         why = conditions["Failed"].get("message") or conditions["Failed"].get("reason") or "the build failed"
         return Observed(FAILED, f"Kubernetes: {why.rstrip('.')}.", pod=name)
@@ -46,18 +49,23 @@ def observe(job: dict | None, pods: list[dict]) -> Observed:
         return Observed(SUCCEEDED, digest=digest, pod=name)
     if phase == "Failed":
         code = terminated.get("exitCode")
-        reason = (pod.get("status") or {}).get("message") or ""
-        return Observed(FAILED, reason or (f"Kaniko exited with code {code}." if code is not None else "The build pod failed."),
-                        pod=name)
+        reason = ((pod or {}).get("status") or {}).get("message") or ""
+        return Observed(
+            FAILED,
+            reason or (f"Kaniko exited with code {code}." if code is not None else "The build pod failed."),
+            pod=name,
+        )
     if phase == "Running":
         return Observed(BUILDING, pod=name)
     waiting = _state(pod).get("waiting") or {}
     if waiting.get("reason") in PULL_ERRORS:
-        return Observed(QUEUED, f"Cannot pull the Kaniko image: {waiting.get('message') or waiting['reason']}", pod=name)
+        return Observed(
+            QUEUED, f"Cannot pull the Kaniko image: {waiting.get('message') or waiting['reason']}", pod=name
+        )
     return Observed(QUEUED, "Waiting for the build pod to start.", pod=name)
 
 
-def newest(pods: list[dict]) -> dict | None:
+def newest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(pods, key=lambda pod: pod["metadata"].get("creationTimestamp") or "", default=None)
 
 
@@ -67,7 +75,7 @@ def failure_message(observed: Observed, log: str) -> str:
     return observed.message + ("\n" + "\n".join(tail) if tail else "")
 
 
-def _state(pod: dict | None) -> dict:
+def _state(pod: dict[str, Any] | None) -> dict[str, Any]:
     for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
         if status.get("name") == CONTAINER:
             return status.get("state") or {}

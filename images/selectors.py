@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-
 from django.db.models import QuerySet
 
-from images.models import ImageBuild
 from accounts import permissions
-from images.models import FrameworkImage
+from images.models import FrameworkImage, ImageBuild
 
 
 def builds_for(*, user, department: str = "", status: str = "") -> QuerySet[ImageBuild]:

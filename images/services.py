@@ -16,27 +16,26 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from images import manifests
-from images.manifests import BuildSetupError, BuildSpec
-from images.models import ImageBuild
-from images.observe import BUILDING, FAILED, QUEUED, SUCCEEDED, failure_message, observe
-from images.submission import build_settings, check_build
+from accounts import permissions
+from accounts.services import audit_record
+from clusters.errors import ExecutorError
+from clusters.k8s import ManifestError, namespace_manifest
+from clusters.manifest_validation import ManifestInvalid, check_manifests
+from clusters.models import Cluster
+from clusters.services import executor_call
 from core.celery import TransientError
 from core.errors import Conflict, InvalidInput
-from clusters.errors import ExecutorError
-from clusters.manifest_validation import ManifestInvalid, check_manifests
-from clusters.k8s import ManifestError, namespace_manifest
-from clusters.services import executor_call
-from accounts import permissions
-from clusters.models import Cluster
-from images.models import FrameworkImage
-from accounts.services import audit_record
-from images import tasks
+from images import manifests, tasks
+from images.manifests import BuildSetupError, BuildSpec
+from images.models import FrameworkImage, ImageBuild
+from images.observe import BUILDING, FAILED, QUEUED, SUCCEEDED, failure_message, observe
+from images.submission import build_settings, check_build
 
 log = logging.getLogger(__name__)
 
 
 # --- Submitting and cancelling -------------------------------------------------------
+
 
 def build_submit(*, user, data: dict, type_errors: dict | None = None) -> ImageBuild:
     """Queue a build; it is launched after commit (and by the periodic reconcile if that task is lost)."""
@@ -44,17 +43,31 @@ def build_submit(*, user, data: dict, type_errors: dict | None = None) -> ImageB
     try:
         with transaction.atomic():
             build = ImageBuild.objects.create(
-                department=clean.department, cluster=clean.cluster, requested_by=user, name=clean.name,
-                framework=clean.framework, base_packages=clean.base_packages, dockerfile=clean.dockerfile,
-                code_url=clean.code_url, code_ref=clean.code_ref, dockerfile_path=clean.dockerfile_path,
-                context_path=clean.context_path, message="Waiting to be launched on the cluster.",
+                department=clean.department,
+                cluster=clean.cluster,
+                requested_by=user,
+                name=clean.name,
+                framework=clean.framework,
+                base_packages=clean.base_packages,
+                dockerfile=clean.dockerfile,
+                code_url=clean.code_url,
+                code_ref=clean.code_ref,
+                dockerfile_path=clean.dockerfile_path,
+                context_path=clean.context_path,
+                message="Waiting to be launched on the cluster.",
             )
-            audit_record(actor=user, action="build.submit", target=f"image build {build.pk} ({build.name})",
-                         department=build.department, data={"cluster": build.cluster.name, "source": build.source})
+            audit_record(
+                actor=user,
+                action="build.submit",
+                target=f"image build {build.pk} ({build.name})",
+                department=build.department,
+                data={"cluster": build.cluster.name, "source": build.source},
+            )
     except IntegrityError as exc:
         # A concurrent request took the name between the check and the insert.
-        raise InvalidInput({"name": [f"Another build is already making an image called {clean.name!r}; "
-                                     "choose another name."]}) from exc
+        raise InvalidInput(
+            {"name": [f"Another build is already making an image called {clean.name!r}; choose another name."]}
+        ) from exc
     build_id = build.pk
     transaction.on_commit(lambda: tasks.launch_build.delay(build_id))
     return build
@@ -63,18 +76,23 @@ def build_submit(*, user, data: dict, type_errors: dict | None = None) -> ImageB
 def build_cancel(*, user, build: ImageBuild) -> ImageBuild:
     """Cancel a queued or running build; its Job (and pod) and ConfigMap are deleted from the cluster."""
     if build.requested_by_id != user.pk and not permissions.can_manage(user, build):
-        raise PermissionDenied(f"Only {build.requested_by.username} (who asked for this build) or an admin of "
-                               f"{build.department.slug} can cancel it.")
+        raise PermissionDenied(
+            f"Only {build.requested_by.username} (who asked for this build) or an admin of "
+            f"{build.department.slug} can cancel it."
+        )
     launched = build.launched_at is not None
     updated = ImageBuild.objects.filter(pk=build.pk, status__in=ImageBuild.ACTIVE).update(
-        status=ImageBuild.Status.CANCELLED, finished_at=timezone.now(), cleanup_pending=launched,
+        status=ImageBuild.Status.CANCELLED,
+        finished_at=timezone.now(),
+        cleanup_pending=launched,
         message=f"Cancelled by {user.username}.",
     )
     build.refresh_from_db()
     if not updated:
         raise Conflict(f"Build {build.pk} has already {build.status}; there is nothing to cancel.")
-    audit_record(actor=user, action="build.cancel", target=f"image build {build.pk} ({build.name})",
-                 department=build.department)
+    audit_record(
+        actor=user, action="build.cancel", target=f"image build {build.pk} ({build.name})", department=build.department
+    )
     if launched:
         try:
             _clean_up(build)
@@ -105,9 +123,15 @@ def kube_for(cluster: Cluster):
 
 def build_spec(build: ImageBuild) -> BuildSpec:
     return BuildSpec(
-        build_id=build.pk, name=build.name, department=build.department.slug, tag=f"build-{build.pk}",
-        dockerfile=build.dockerfile, code_url=build.code_url, code_ref=build.code_ref,
-        dockerfile_path=build.dockerfile_path, context_path=build.context_path,
+        build_id=build.pk,
+        name=build.name,
+        department=build.department.slug,
+        tag=f"build-{build.pk}",
+        dockerfile=build.dockerfile,
+        code_url=build.code_url,
+        code_ref=build.code_ref,
+        dockerfile_path=build.dockerfile_path,
+        context_path=build.context_path,
     )
 
 
@@ -132,7 +156,8 @@ def build_launch(*, build_id: int) -> None:
         config_map = manifests.context_config_map(spec, cluster, job_uid=job["metadata"]["uid"])
         executor_call(lambda: kube.create(config_map))
     updated = ImageBuild.objects.filter(pk=build.pk, status=ImageBuild.Status.QUEUED, launched_at__isnull=True).update(
-        launched_at=timezone.now(), destination=manifests.destination(spec, settings),
+        launched_at=timezone.now(),
+        destination=manifests.destination(spec, settings),
         message="Waiting for the build pod to start.",
     )
     if not updated:  # cancelled while we were creating: take the objects back down
@@ -148,8 +173,9 @@ def _observe(build: ImageBuild):
     kube = kube_for(build.cluster)
     namespace = cluster.namespace(build.department.slug)
     job = executor_call(lambda: kube.get("batch/v1", "Job", namespace, manifests.job_name(build_spec(build))))
-    pods, _version = executor_call(lambda: kube.list("v1", "Pod", namespace=namespace,
-                                             labels=f"{manifests.BUILD_ID_LABEL}={build.pk}"))
+    pods, _version = executor_call(
+        lambda: kube.list("v1", "Pod", namespace=namespace, labels=f"{manifests.BUILD_ID_LABEL}={build.pk}")
+    )
     return kube, namespace, observe(job, pods)
 
 
@@ -164,7 +190,9 @@ def build_follow(*, build: ImageBuild) -> str:
         return ImageBuild.Status.FAILED
     active = ImageBuild.objects.filter(pk=build.pk, status__in=ImageBuild.ACTIVE)
     if observed.phase == BUILDING and build.status == ImageBuild.Status.QUEUED:
-        active.update(status=ImageBuild.Status.BUILDING, started_at=timezone.now(), message="Kaniko is building the image.")
+        active.update(
+            status=ImageBuild.Status.BUILDING, started_at=timezone.now(), message="Kaniko is building the image."
+        )
         return ImageBuild.Status.BUILDING
     if observed.phase == QUEUED and observed.message != build.message:
         active.update(message=observed.message)
@@ -180,13 +208,21 @@ def build_succeed(*, build: ImageBuild, digest: str = "") -> str:
         reference = f"{build.destination}@{digest}" if digest else build.destination
         if FrameworkImage.objects.filter(name=build.name).exists():
             # Only a platform admin can have added this name since the build was accepted.
-            build.status, build.message = ImageBuild.Status.FAILED, (
-                f"Built and pushed {reference}, but the catalogue meanwhile got another image called {build.name!r}; "
-                "submit again under another name.")
+            build.status, build.message = (
+                ImageBuild.Status.FAILED,
+                (
+                    f"Built and pushed {reference}, but the catalogue meanwhile got another image called {build.name!r}; "
+                    "submit again under another name."
+                ),
+            )
         else:
             build.image = FrameworkImage.objects.create(
-                name=build.name, framework=build.framework, image=reference, official=False,
-                department=build.department, base_packages=build.base_packages,
+                name=build.name,
+                framework=build.framework,
+                image=reference,
+                official=False,
+                department=build.department,
+                base_packages=build.base_packages,
             )
             build.status, build.message = ImageBuild.Status.SUCCEEDED, f"Added to the catalogue as {build.name}."
         build.finished_at = timezone.now()
@@ -247,11 +283,17 @@ def _clean_up(build: ImageBuild) -> None:
     """Delete the build's Job; its pod and ConfigMap are owned by it and go with it."""
     cluster, _settings = build_settings(build.cluster)
     kube = kube_for(build.cluster)
-    kube.delete("batch/v1", "Job", cluster.namespace(build.department.slug), manifests.job_name(build_spec(build)),
-                propagation="Foreground")
+    kube.delete(
+        "batch/v1",
+        "Job",
+        cluster.namespace(build.department.slug),
+        manifests.job_name(build_spec(build)),
+        propagation="Foreground",
+    )
     ImageBuild.objects.filter(pk=build.pk).update(cleanup_pending=False)
 
 
 def _finish(build: ImageBuild, status: str, message: str) -> None:
     ImageBuild.objects.filter(pk=build.pk, status__in=ImageBuild.ACTIVE).update(
-        status=status, message=message, finished_at=timezone.now())
+        status=status, message=message, finished_at=timezone.now()
+    )

@@ -10,17 +10,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from images.models import ImageBuild
-from core.errors import InvalidInput
-from images.manifests import BuildSettings, BuildSetupError
+from accounts import selectors as account_selectors
+from accounts.models import Department
 from clusters.k8s import ClusterSettings, ManifestError
 from clusters.manifest_validation import DNS_1035
-from core.code_url import GIT_REF, code_url_problem
-from core.requirements import pip_requirements
-from accounts import permissions
 from clusters.models import Cluster
-from accounts.models import Department
-from images.models import FrameworkImage
+from core.code_url import GIT_REF, code_url_problem
+from core.errors import InvalidInput
+from core.requirements import pip_requirements
+from images.manifests import BuildSettings, BuildSetupError
+from images.models import FrameworkImage, ImageBuild
 
 MAX_NAME = 40
 MAX_DOCKERFILE = 64 * 1024
@@ -58,10 +57,7 @@ def check_build(*, user, data: dict, type_errors: dict | None = None) -> CleanBu
 
     department = None
     if data.get("department") is not None:
-        department = permissions.visible_departments(user).filter(slug=data["department"]).first()
-        if department is None or not permissions.can_use(user, department):
-            department = None
-            fail("department", f"You are not a member of a department called {data['department']!r}.")
+        department = account_selectors.department_for_input(user=user, slug=data["department"], errors=errors)
 
     cluster = _cluster(data.get("cluster") or "", fail) if "cluster" not in errors else None
 
@@ -80,14 +76,20 @@ def check_build(*, user, data: dict, type_errors: dict | None = None) -> CleanBu
     framework = data.get("framework") or FrameworkImage.Framework.PYTHON
     if framework not in FrameworkImage.Framework.values:
         fail("framework", f"Choose one of: {', '.join(FrameworkImage.Framework.values)} (not {framework!r}).")
-    base_packages = pip_requirements(data.get("base_packages") or [], fail, field="base_packages",
-                                     limit=MAX_BASE_PACKAGES, too_many="")
+    base_packages = pip_requirements(
+        data.get("base_packages") or [], fail, field="base_packages", limit=MAX_BASE_PACKAGES, too_many=""
+    )
 
     if errors:
         raise InvalidInput(errors)
     return CleanBuild(
-        name=name, department=department, cluster=cluster, framework=framework, base_packages=base_packages,
-        dockerfile=dockerfile if dockerfile.strip() else "", code_url=code_url,
+        name=name,
+        department=department,
+        cluster=cluster,
+        framework=framework,
+        base_packages=base_packages,
+        dockerfile=dockerfile if dockerfile.strip() else "",
+        code_url=code_url,
         code_ref=(data.get("code_ref") or "").strip() if code_url else "",
         dockerfile_path=(data.get("dockerfile_path") or "Dockerfile").strip() if code_url else "Dockerfile",
         context_path=(data.get("context_path") or "").strip().strip("/") if code_url else "",
@@ -97,16 +99,21 @@ def check_build(*, user, data: dict, type_errors: dict | None = None) -> CleanBu
 def build_settings(cluster: Cluster) -> tuple[ClusterSettings, BuildSettings]:
     """How builds use a cluster (its settings JSON). Raises BuildSetupError or ManifestError naming a missing or
     wrong setting."""
-    return (ClusterSettings.from_cluster(cluster.name, cluster.settings),
-            BuildSettings.from_settings(cluster.name, cluster.settings))
+    return (
+        ClusterSettings.from_cluster(cluster.name, cluster.settings),
+        BuildSettings.from_settings(cluster.name, cluster.settings),
+    )
 
 
 def _name(name: str, fail) -> None:
     if len(name) > MAX_NAME:
         fail("name", f"Use at most {MAX_NAME} characters (this name has {len(name)}).")
     elif not DNS_1035.match(name):
-        fail("name", "Use lower-case letters, digits and '-', starting with a letter and not ending with '-' "
-             "(it becomes part of the image's registry path).")
+        fail(
+            "name",
+            "Use lower-case letters, digits and '-', starting with a letter and not ending with '-' "
+            "(it becomes part of the image's registry path).",
+        )
     elif FrameworkImage.objects.filter(name=name).exists():
         fail("name", f"The catalogue already has an image called {name!r}; choose another name.")
     elif ImageBuild.objects.filter(name=name, status__in=ImageBuild.ACTIVE).exists():
@@ -139,8 +146,11 @@ def _cluster(name: str, fail) -> Cluster | None:
 def _dockerfile(text: str, fail) -> None:
     size = len(text.encode())
     if size > MAX_DOCKERFILE:
-        fail("dockerfile", f"Keep the Dockerfile under {MAX_DOCKERFILE // 1024} KiB (it has {size // 1024} KiB); "
-             "build from a repository for larger contexts.")
+        fail(
+            "dockerfile",
+            f"Keep the Dockerfile under {MAX_DOCKERFILE // 1024} KiB (it has {size // 1024} KiB); "
+            "build from a repository for larger contexts.",
+        )
     elif "\x00" in text:
         fail("dockerfile", "The Dockerfile contains a NUL character.")
     elif not FROM_LINE.search(text):
@@ -153,10 +163,20 @@ def _repository(data: dict, url: str, fail) -> None:
         fail("code_url", problem)
     ref = (data.get("code_ref") or "").strip()
     if ref and not GIT_REF.match(ref):
-        fail("code_ref", "Give a branch, a tag as refs/tags/<tag>, or a commit SHA (letters, digits, '.', '_', '/', "
-             "'-'; not starting with '-').")
+        fail(
+            "code_ref",
+            "Give a branch, a tag as refs/tags/<tag>, or a commit SHA (letters, digits, '.', '_', '/', "
+            "'-'; not starting with '-').",
+        )
     for field, default in (("dockerfile_path", "Dockerfile"), ("context_path", "")):
-        value = (data.get(field) or default).strip().strip("/") if field == "context_path" else (data.get(field) or default).strip()
+        value = (
+            (data.get(field) or default).strip().strip("/")
+            if field == "context_path"
+            else (data.get(field) or default).strip()
+        )
         if value and not REPO_PATH.match(value):
-            fail(field, "Give a path relative to the repository's root (letters, digits, '.', '_', '-', '/'; "
-                 "no '..', not starting with '/').")
+            fail(
+                field,
+                "Give a path relative to the repository's root (letters, digits, '.', '_', '-', '/'; "
+                "no '..', not starting with '/').",
+            )

@@ -4,19 +4,19 @@ render. The build page's status and log poll themselves with htmx while the buil
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.cache import patch_vary_headers
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from images import selectors, services
-from images.forms import BuildForm
-from images.models import ImageBuild
+from clusters.errors import ExecutorError
+from core.api import visible_or_404
 from core.celery import TransientError
 from core.errors import Conflict, InvalidInput
-from clusters.errors import ExecutorError
+from images import selectors, services
 from images import selectors as image_selectors
+from images.forms import BuildForm
+from images.models import ImageBuild
 
 RECENT_BUILDS = 50
 
@@ -71,7 +71,6 @@ def build_cancel(request, build_id: int):
 
 
 def _visible_build(request, build_id: int) -> ImageBuild:
-    build = selectors.build_get(user=request.user, build_id=build_id)
-    if build is None:
-        raise Http404(_("No image build with that id in your departments."))
-    return build
+    return visible_or_404(
+        selectors.build_get(user=request.user, build_id=build_id), _("No image build with that id in your departments.")
+    )

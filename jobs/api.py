@@ -6,7 +6,7 @@ import asyncio
 import difflib
 
 from asgiref.sync import sync_to_async
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -17,6 +17,7 @@ from rest_framework.fields import SkipField
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api import visible_or_404
 from jobs import lifecycle, selectors, services
 from jobs.filters import JobFilter, QueueFilter
 from jobs.models import Job, JobEvent
@@ -102,11 +103,42 @@ class JobOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "name", "department", "cluster", "code_url", "code_ref", "commit", "command", "image", "requirements",
-            "workers", "gpus_per_worker", "gpu_type", "priority", "mounts", "env", "tensorboard", "max_runtime_seconds",
-            "status", "pending_reason", "status_message", "queue_position", "submitted_by", "created_at", "admitted_at",
-            "started_at", "finished_at", "exit_code", "placement", "gpu_seconds", "tensorboard_url", "events_url",
-            "logs_url", "estimated_start", "preemptions", "lost_gpu_seconds",
+            "id",
+            "name",
+            "department",
+            "cluster",
+            "code_url",
+            "code_ref",
+            "commit",
+            "command",
+            "image",
+            "requirements",
+            "workers",
+            "gpus_per_worker",
+            "gpu_type",
+            "priority",
+            "mounts",
+            "env",
+            "tensorboard",
+            "max_runtime_seconds",
+            "status",
+            "pending_reason",
+            "status_message",
+            "queue_position",
+            "submitted_by",
+            "created_at",
+            "admitted_at",
+            "started_at",
+            "finished_at",
+            "exit_code",
+            "placement",
+            "gpu_seconds",
+            "tensorboard_url",
+            "events_url",
+            "logs_url",
+            "estimated_start",
+            "preemptions",
+            "lost_gpu_seconds",
         ]
 
     def get_tensorboard_url(self, job) -> str | None:
@@ -120,10 +152,9 @@ class JobOutputSerializer(serializers.ModelSerializer):
 
 
 def _visible_job(request, job_id) -> Job:
-    job = selectors.job_get(user=request.user, job_id=job_id)
-    if job is None:
-        raise Http404("No job with that id in your departments.")
-    return job
+    return visible_or_404(
+        selectors.job_get(user=request.user, job_id=job_id), "No job with that id in your departments."
+    )
 
 
 class JobListApi(generics.ListAPIView):
@@ -134,15 +165,24 @@ class JobListApi(generics.ListAPIView):
         return selectors.jobs_for(user=self.request.user)
 
     @extend_schema(
-        request=JobInputSerializer, responses={201: JobOutputSerializer, 200: JobOutputSerializer},
-        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
-                                     description="The same key from the same user returns the first job (200).")],
+        request=JobInputSerializer,
+        responses={201: JobOutputSerializer, 200: JobOutputSerializer},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="The same key from the same user returns the first job (200).",
+            )
+        ],
     )
     def post(self, request):
         values, type_errors = parse_job_input(request.data)
         key = request.headers.get("Idempotency-Key", "").strip()[:200]
         job, created = services.job_submit(user=request.user, data=values, type_errors=type_errors, idempotency_key=key)
-        return Response(JobOutputSerializer(job).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(
+            JobOutputSerializer(job).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
 
 
 class JobDetailApi(APIView):
@@ -254,5 +294,3 @@ async def _follow(job, executor, worker, tail):
 
 
 # --- TensorBoard (API.md "TensorBoard") ------------------------------------------------
-
-

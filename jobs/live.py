@@ -49,8 +49,11 @@ def job_changed(*, job, events: list | None = None) -> None:
         },
         "events": [
             {
-                "time": event.time.isoformat(), "from_status": event.from_status, "to_status": event.to_status,
-                "reason": event.reason, "message": event.message,
+                "time": event.time.isoformat(),
+                "from_status": event.from_status,
+                "to_status": event.to_status,
+                "reason": event.reason,
+                "message": event.message,
             }
             for event in events or []
         ],
@@ -67,18 +70,23 @@ def queue_changed(*, jobs: list) -> None:
     """
     by_department = defaultdict(list)
     for job in jobs:
-        by_department[job.department_id].append({
-            "id": job.pk,
-            "name": job.name,
-            "status": job.status,
-            "pending_reason": job.pending_reason,
-            "status_message": job.status_message,
-            "queue_position": job.queue_position,
-            "estimated_start": job.estimated_start.isoformat() if job.estimated_start else None,
-        })
+        by_department[job.department_id].append(
+            {
+                "id": job.pk,
+                "name": job.name,
+                "status": job.status,
+                "pending_reason": job.pending_reason,
+                "status_message": job.status_message,
+                "queue_position": job.queue_position,
+                "estimated_start": job.estimated_start.isoformat() if job.estimated_start else None,
+            }
+        )
     for department_id, changed in by_department.items():
-        _send_after_commit([department_group(department_id)], {"type": "queue", "jobs": changed},
-                           f"of the queue of department {department_id}")
+        _send_after_commit(
+            [department_group(department_id)],
+            {"type": "queue", "jobs": changed},
+            f"of the queue of department {department_id}",
+        )
 
 
 def _send_after_commit(groups: list[str], payload: dict, what: str) -> None:

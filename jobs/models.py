@@ -4,10 +4,10 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from jobs import lifecycle
-from clusters.models import Cluster, GpuPool
 from accounts.models import Department
+from clusters.models import Cluster, GpuPool
 from images.models import FrameworkImage
+from jobs import lifecycle
 from quotas.models import PriorityClass
 
 
@@ -76,7 +76,9 @@ class Job(models.Model):
         ordering = ["-created_at", "-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["submitted_by", "idempotency_key"], condition=~Q(idempotency_key=""), name="one_job_per_idempotency_key"
+                fields=["submitted_by", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="one_job_per_idempotency_key",
             )
         ]
         indexes = [models.Index(fields=["status", "pool", "created_at"])]
@@ -122,5 +124,3 @@ class JobEvent(models.Model):
 
     def __str__(self):
         return f"{self.job_id}: {self.from_status or '-'} -> {self.to_status} ({self.reason})"
-
-

@@ -263,7 +263,9 @@ class ClusterListApi(generics.ListAPIView):
         total = serializers.IntegerField()
         allocated = serializers.SerializerMethodField()
         shareable = serializers.BooleanField()
-        placement = serializers.CharField(help_text="How the scheduler places this pool's jobs: binpack, spread or fragmentation")
+        placement = serializers.CharField(
+            help_text="How the scheduler places this pool's jobs: binpack, spread or fragmentation"
+        )
 
         def get_allocated(self, pool) -> float:
             return self.context["allocated"].get(pool.pk, 0)

@@ -8,13 +8,17 @@ from dataclasses import dataclass
 
 from django.db.models import Q, QuerySet
 
+from accounts import permissions
 from jobs import lifecycle
 from jobs.models import Job, JobEvent
-from accounts import permissions
 
 
-def jobs_for(*, user, department: str = "", status: str = "", submitted_by: str = "", search: str = "") -> QuerySet[Job]:
-    jobs = permissions.scope(user, Job.objects.select_related("department", "cluster", "pool", "image", "priority", "submitted_by"))
+def jobs_for(
+    *, user, department: str = "", status: str = "", submitted_by: str = "", search: str = ""
+) -> QuerySet[Job]:
+    jobs = permissions.scope(
+        user, Job.objects.select_related("department", "cluster", "pool", "image", "priority", "submitted_by")
+    )
     if department:
         jobs = jobs.filter(department__slug=department)
     if status:
@@ -65,12 +69,16 @@ class GpuCell:
 def gpu_map(*, user, cluster) -> dict[int, list[tuple[str, list[GpuCell]]]]:
     """pool id -> [(node, [GpuCell per GPU index])]: which job (of which department) holds each GPU of the cluster."""
     held: dict[tuple[int, str, int], list[GpuSlice]] = defaultdict(list)
-    holding = Job.objects.filter(cluster=cluster, status__in=lifecycle.HOLDS_GPUS).select_related("department", "submitted_by")
+    holding = Job.objects.filter(cluster=cluster, status__in=lifecycle.HOLDS_GPUS).select_related(
+        "department", "submitted_by"
+    )
     for job in holding:
         shown = job if permissions.can_view(user, job) else None
         for slot in job.placement:
             for gpu in slot["gpus"]:
-                held[(job.pool_id, slot["node"], gpu)].append(GpuSlice(fraction=slot.get("gpu_fraction") or 1.0, job=shown))
+                held[(job.pool_id, slot["node"], gpu)].append(
+                    GpuSlice(fraction=slot.get("gpu_fraction") or 1.0, job=shown)
+                )
     return {
         pool.pk: [
             (node, [GpuCell(index=gpu, slices=tuple(held[(pool.pk, node, gpu)])) for gpu in range(pool.gpus_per_node)])

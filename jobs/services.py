@@ -14,22 +14,33 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from accounts.services import audit_record
+from clusters.errors import ExecutorError
+from clusters.k8s import department_gpu_limit
+from clusters.models import Cluster, Storage
+from clusters.services import cluster_settings, executor_call, kube_for
 from core.celery import TransientError
 from core.errors import Conflict
-from jobs import lifecycle, live
-from jobs.executors.base import CANCELLED, FAILED, LOST, RUNNING, STARTING, SUCCEEDED, Executor, JobSpec, Mount, ObservedState, Placement, WorkerPlacement
-from clusters.errors import ExecutorError
+from jobs import admission, lifecycle, live, tasks
+from jobs.executors.base import (
+    CANCELLED,
+    FAILED,
+    LOST,
+    RUNNING,
+    STARTING,
+    SUCCEEDED,
+    Executor,
+    JobSpec,
+    Mount,
+    ObservedState,
+    Placement,
+    WorkerPlacement,
+)
 from jobs.executors.local import LocalExecutor
-from clusters.k8s import department_gpu_limit
 from jobs.models import Job, JobEvent
 from jobs.submission import check_submission
 from jobs.transitions import StaleJob, job_created_event, job_transition
-from clusters.models import Cluster, Storage
 from quotas.models import Quota
-from accounts.services import audit_record
-from jobs import admission
-from clusters.services import cluster_settings, executor_call, kube_for
-from jobs import tasks
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +70,9 @@ def executor_for(cluster: Cluster) -> Executor:
         )
     if cluster.backend == Cluster.Backend.KUBERNETES:
         return _kubernetes_executor(cluster)
-    raise ExecutorError(f"Cluster {cluster.name} uses the {cluster.backend} backend, which is not available.", permanent=True)
+    raise ExecutorError(
+        f"Cluster {cluster.name} uses the {cluster.backend} backend, which is not available.", permanent=True
+    )
 
 
 # One API client per cluster and process (a connection pool); rebuilt when the cluster's settings change.
@@ -79,6 +92,7 @@ def department_limit(department, cluster: Cluster) -> int:
 
 # --- Submitting ------------------------------------------------------------------
 
+
 def job_submit(*, user, data: dict, type_errors: dict | None = None, idempotency_key: str = "") -> tuple[Job, bool]:
     """Create a queued job and run a scheduling cycle. Returns (job, created).
 
@@ -92,11 +106,24 @@ def job_submit(*, user, data: dict, type_errors: dict | None = None, idempotency
     try:
         with transaction.atomic():
             job = Job.objects.create(
-                name=clean.name, department=clean.department, cluster=clean.cluster, pool=clean.pool,
-                submitted_by=user, idempotency_key=idempotency_key, code_url=clean.code_url, code_ref=clean.code_ref,
-                command=clean.command, image=clean.image, requirements=clean.requirements, workers=clean.workers,
-                gpus_per_worker=clean.gpus_per_worker, priority=clean.priority, mounts=clean.mounts, env=clean.env,
-                tensorboard=clean.tensorboard, max_runtime_seconds=clean.max_runtime_seconds,
+                name=clean.name,
+                department=clean.department,
+                cluster=clean.cluster,
+                pool=clean.pool,
+                submitted_by=user,
+                idempotency_key=idempotency_key,
+                code_url=clean.code_url,
+                code_ref=clean.code_ref,
+                command=clean.command,
+                image=clean.image,
+                requirements=clean.requirements,
+                workers=clean.workers,
+                gpus_per_worker=clean.gpus_per_worker,
+                priority=clean.priority,
+                mounts=clean.mounts,
+                env=clean.env,
+                tensorboard=clean.tensorboard,
+                max_runtime_seconds=clean.max_runtime_seconds,
             )
             job_created_event(job=job, message=f"Submitted by {user.username}.")
     except IntegrityError:
@@ -117,27 +144,50 @@ SCHEDULED_FIELDS = [field.attname for field in Job._meta.concrete_fields if not 
 def job_as_input(job: Job) -> dict:
     """A job's spec in the API's input shape (for clone)."""
     return {
-        "name": job.name, "department": job.department.slug, "cluster": job.cluster.name, "code_url": job.code_url,
-        "code_ref": job.code_ref, "command": job.command, "image": job.image.name, "requirements": job.requirements,
-        "workers": job.workers, "gpus_per_worker": job.gpus_per_worker, "gpu_type": job.pool.gpu_type,
-        "priority": job.priority.name, "mounts": job.mounts, "env": job.env, "tensorboard": job.tensorboard,
+        "name": job.name,
+        "department": job.department.slug,
+        "cluster": job.cluster.name,
+        "code_url": job.code_url,
+        "code_ref": job.code_ref,
+        "command": job.command,
+        "image": job.image.name,
+        "requirements": job.requirements,
+        "workers": job.workers,
+        "gpus_per_worker": job.gpus_per_worker,
+        "gpu_type": job.pool.gpu_type,
+        "priority": job.priority.name,
+        "mounts": job.mounts,
+        "env": job.env,
+        "tensorboard": job.tensorboard,
         "max_runtime_seconds": job.max_runtime_seconds,
     }
 
 
 # --- Cancelling ------------------------------------------------------------------
 
+
 def job_cancel(*, user, job: Job) -> Job:
     """Cancel a job. A waiting job ends at once; a launched one gets SIGTERM and its grace period."""
     if job.status in lifecycle.FINAL:
         raise Conflict(f"Job {job.pk} has already {job.status}; there is nothing to cancel.")
-    audit_record(actor=user, action="job.cancel", target=f"job {job.pk} ({job.name})", department=job.department,
-                 data={"status": job.status})
+    audit_record(
+        actor=user,
+        action="job.cancel",
+        target=f"job {job.pk} ({job.name})",
+        department=job.department,
+        data={"status": job.status},
+    )
     if job.status in (lifecycle.QUEUED, lifecycle.ADMITTED) and job.launched_at is None:
         try:
             message = f"Cancelled by {user.username}."
-            job_transition(job=job, to=lifecycle.CANCELLED, reason="cancelled", message=message, status_message=message,
-                           pending_reason="")
+            job_transition(
+                job=job,
+                to=lifecycle.CANCELLED,
+                reason="cancelled",
+                message=message,
+                status_message=message,
+                pending_reason="",
+            )
         except StaleJob:
             job.refresh_from_db()
             return job_cancel(user=user, job=job)
@@ -147,7 +197,9 @@ def job_cancel(*, user, job: Job) -> Job:
         grace = _grace_seconds(job)
         job.cancel_requested_at = timezone.now()
         job.status_message = f"Cancelling (by {user.username}): workers get SIGTERM and {grace} s to finish."
-        Job.objects.filter(pk=job.pk).update(cancel_requested_at=job.cancel_requested_at, status_message=job.status_message)
+        Job.objects.filter(pk=job.pk).update(
+            cancel_requested_at=job.cancel_requested_at, status_message=job.status_message
+        )
         live.job_changed(job=job)
         job_id = job.pk
         transaction.on_commit(lambda: tasks.cancel_job.delay(job_id))
@@ -172,6 +224,7 @@ def _grace_seconds(job: Job) -> int:
 
 # --- Launching and observing -------------------------------------------------------
 
+
 def job_launch(*, job_id: int) -> None:
     """Start an admitted job on its cluster's executor (idempotent), then watch it start."""
     job = Job.objects.select_related("cluster", "department", "image", "pool").get(pk=job_id)
@@ -189,8 +242,13 @@ def job_launch(*, job_id: int) -> None:
         _end(job, lifecycle.FAILED, reason="launch_failed", message=exc.message)
         return
     try:
-        job_transition(job=job, to=lifecycle.STARTING, reason="launched",
-                       message="Fetching the code and preparing the environment.", launched_at=timezone.now())
+        job_transition(
+            job=job,
+            to=lifecycle.STARTING,
+            reason="launched",
+            message="Fetching the code and preparing the environment.",
+            launched_at=timezone.now(),
+        )
     except StaleJob:
         # Cancelled between admission and launch: stop what was just started.
         job.refresh_from_db()
@@ -217,12 +275,21 @@ def job_observe(*, job: Job, state: ObservedState) -> bool:
     try:
         if state.phase == RUNNING and job.status in (lifecycle.ADMITTED, lifecycle.STARTING):
             started = _from_epoch(state.started_at)
-            job_transition(job=job, to=lifecycle.RUNNING, reason="running",
-                           message=f"{job.workers} worker{'s' if job.workers > 1 else ''} running.",
-                           started_at=started, now=started, **fields)
+            job_transition(
+                job=job,
+                to=lifecycle.RUNNING,
+                reason="running",
+                message=f"{job.workers} worker{'s' if job.workers > 1 else ''} running.",
+                started_at=started,
+                now=started,
+                **fields,
+            )
         elif state.phase == CANCELLED and job.preempt_requested_at and not job.cancel_requested_at:
-            _requeue(job, now=_from_epoch(state.finished_at) if state.finished_at else None,
-                     checkpoint_at=fields.get("checkpoint_at"))
+            _requeue(
+                job,
+                now=_from_epoch(state.finished_at) if state.finished_at else None,
+                checkpoint_at=fields.get("checkpoint_at"),
+            )
             return True
         elif state.phase in (SUCCEEDED, FAILED, CANCELLED, LOST):
             status = {SUCCEEDED: lifecycle.SUCCEEDED, CANCELLED: lifecycle.CANCELLED}.get(state.phase, lifecycle.FAILED)
@@ -230,8 +297,15 @@ def job_observe(*, job: Job, state: ObservedState) -> bool:
             message = state.message or {lifecycle.SUCCEEDED: "All workers exited 0."}.get(status, "")
             if state.started_at and job.started_at is None:
                 fields["started_at"] = _from_epoch(state.started_at)
-            _end(job, status, reason=reason, message=message, exit_code=state.exit_code,
-                 now=_from_epoch(state.finished_at) if state.finished_at else None, **fields)
+            _end(
+                job,
+                status,
+                reason=reason,
+                message=message,
+                exit_code=state.exit_code,
+                now=_from_epoch(state.finished_at) if state.finished_at else None,
+                **fields,
+            )
             return True
         elif fields:
             Job.objects.filter(pk=job.pk).update(**fields)
@@ -264,8 +338,12 @@ def jobs_reconcile() -> int:
             state = states.get(job.run_id)
             if state is None and (job.cancel_requested_at or job.preempt_requested_at):
                 # Asked to stop and now gone (a cluster deletes a cancelled job's objects): it stopped.
-                state = ObservedState(phase=CANCELLED, reason="cancelled", finished_at=time.time(),
-                                      message="Stopped as asked: nothing of the job runs any more.")
+                state = ObservedState(
+                    phase=CANCELLED,
+                    reason="cancelled",
+                    finished_at=time.time(),
+                    message="Stopped as asked: nothing of the job runs any more.",
+                )
             elif state is None:
                 state = ObservedState(phase=LOST, reason="lost", message="The executor has no record of this job.")
             ended += job_observe(job=job, state=state)
@@ -292,29 +370,48 @@ def _requeue(job: Job, now=None, checkpoint_at: datetime | None = None) -> None:
     now = now or timezone.now()
     checkpoint_at = checkpoint_at or job.checkpoint_at
     lost, saved_at = _lost_gpu_seconds(gpus=job.gpus, run_start=job.admitted_at, checkpoint_at=checkpoint_at, now=now)
-    why = {"reclaim": "its department's borrowed GPUs were reclaimed", "priority": "a higher-priority job needed its GPUs"}
+    why = {
+        "reclaim": "its department's borrowed GPUs were reclaimed",
+        "priority": "a higher-priority job needed its GPUs",
+    }
     if saved_at is not None:
         since = f"since its last checkpoint at {timezone.localtime(saved_at):%H:%M:%S}"
     else:
         since = "since the run started; it wrote no checkpoint marker during the run"
     changes = {"checkpoint_at": checkpoint_at} if checkpoint_at != job.checkpoint_at else {}
     job_transition(
-        job=job, to=lifecycle.PREEMPTED, reason=job.preempt_reason or "preempted", now=now,
+        job=job,
+        to=lifecycle.PREEMPTED,
+        reason=job.preempt_reason or "preempted",
+        now=now,
         message=f"Stopped because {why.get(job.preempt_reason, 'it was preempted')}; {lost:.0f} GPU-seconds lost {since}.",
-        lost_gpu_seconds=job.lost_gpu_seconds + lost, preemptions=job.preemptions + 1, **changes,
+        lost_gpu_seconds=job.lost_gpu_seconds + lost,
+        preemptions=job.preemptions + 1,
+        **changes,
     )
-    JobEvent.objects.filter(pk__in=job.events.filter(to_status=lifecycle.PREEMPTED).order_by("-id").values("pk")[:1]
-                            ).update(lost_gpu_seconds=lost)
+    JobEvent.objects.filter(
+        pk__in=job.events.filter(to_status=lifecycle.PREEMPTED).order_by("-id").values("pk")[:1]
+    ).update(lost_gpu_seconds=lost)
     job_transition(
-        job=job, to=lifecycle.QUEUED, reason="requeued", message="Queued again, keeping its original submit time.",
-        now=now, status_message="", preempt_requested_at=None, preempt_reason="", placement=[], admitted_at=None,
-        launched_at=None, started_at=None,  # run_id stays: its logs show until the next run starts
+        job=job,
+        to=lifecycle.QUEUED,
+        reason="requeued",
+        message="Queued again, keeping its original submit time.",
+        now=now,
+        status_message="",
+        preempt_requested_at=None,
+        preempt_reason="",
+        placement=[],
+        admitted_at=None,
+        launched_at=None,
+        started_at=None,  # run_id stays: its logs show until the next run starts
     )
     admission.scheduling_cycle()
 
 
-def _lost_gpu_seconds(*, gpus: float, run_start: datetime | None, checkpoint_at: datetime | None,
-                     now: datetime) -> tuple[float, datetime | None]:
+def _lost_gpu_seconds(
+    *, gpus: float, run_start: datetime | None, checkpoint_at: datetime | None, now: datetime
+) -> tuple[float, datetime | None]:
     """GPU-seconds a run stopped at ``now`` loses, and the checkpoint that saved the rest (None: nothing saved).
 
     The checkpoint marker is the job's, not the run's: one older than this run's start saves nothing of it.
@@ -336,22 +433,41 @@ def _from_epoch(seconds: float | None) -> datetime:
 
 # --- Specs for executors -------------------------------------------------------------
 
+
 def job_spec(job: Job) -> JobSpec:
     storages = {storage.name: storage for storage in Storage.objects.filter(department=job.department)}
     return JobSpec(
-        job_id=job.run_id, name=job.name, department=job.department.slug, code_url=job.code_url,
-        code_ref=job.code_ref or None, command=job.command, framework=job.image.framework, image=job.image.image,
-        base_packages=tuple(job.image.base_packages), requirements=tuple(job.requirements), workers=job.workers,
+        job_id=job.run_id,
+        name=job.name,
+        department=job.department.slug,
+        code_url=job.code_url,
+        code_ref=job.code_ref or None,
+        command=job.command,
+        framework=job.image.framework,
+        image=job.image.image,
+        base_packages=tuple(job.image.base_packages),
+        requirements=tuple(job.requirements),
+        workers=job.workers,
         gpus_per_worker=job.gpus_per_worker,
         mounts=tuple(
-            Mount(name=m["storage"], path=m["path"], read_only=m["read_only"],
-                  source=storages[m["storage"]].local_path or storages[m["storage"]].pvc_name)
-            for m in job.mounts if m["storage"] in storages
+            Mount(
+                name=m["storage"],
+                path=m["path"],
+                read_only=m["read_only"],
+                source=storages[m["storage"]].local_path or storages[m["storage"]].pvc_name,
+            )
+            for m in job.mounts
+            if m["storage"] in storages
         ),
-        env=dict(job.env), max_runtime_seconds=job.max_runtime_seconds, grace_seconds=_grace_seconds(job),
-        gpu_type=job.pool.gpu_type, priority=job.priority.name,
-        tensorboard=job.tensorboard, commit=job.commit or None,
-        job_key=job.storage_key, run_index=job.preemptions,
+        env=dict(job.env),
+        max_runtime_seconds=job.max_runtime_seconds,
+        grace_seconds=_grace_seconds(job),
+        gpu_type=job.pool.gpu_type,
+        priority=job.priority.name,
+        tensorboard=job.tensorboard,
+        commit=job.commit or None,
+        job_key=job.storage_key,
+        run_index=job.preemptions,
         setup_timeout_seconds=int(job.cluster.settings.get("setup_timeout_seconds", 1800)),
     )
 
@@ -359,7 +475,12 @@ def job_spec(job: Job) -> JobSpec:
 def placement_of(job: Job) -> Placement:
     return Placement(
         workers=tuple(
-            WorkerPlacement(worker=slot["worker"], node=slot["node"], gpus=tuple(slot["gpus"]), gpu_fraction=slot.get("gpu_fraction"))
+            WorkerPlacement(
+                worker=slot["worker"],
+                node=slot["node"],
+                gpus=tuple(slot["gpus"]),
+                gpu_fraction=slot.get("gpu_fraction"),
+            )
             for slot in job.placement
         )
     )

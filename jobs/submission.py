@@ -14,20 +14,31 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from core.errors import InvalidInput
-from accounts import permissions
-from clusters.models import Cluster, GpuPool, Storage
+from accounts import selectors as account_selectors
 from accounts.models import Department
+from clusters.manifest_validation import DNS_1035
+from clusters.models import Cluster, GpuPool, Storage
+from core.code_url import GIT_REF, code_url_problem
+from core.errors import InvalidInput
+from core.requirements import pip_requirements
 from images.models import FrameworkImage
 from quotas.models import PriorityClass, Quota
-from clusters.manifest_validation import DNS_1035
-from core.code_url import GIT_REF, code_url_problem
-from core.requirements import pip_requirements
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ENV = {
-    "PORTAL_JOB_ID", "PORTAL_JOB_NAME", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "TF_CONFIG", "CUDA_VISIBLE_DEVICES", "TENSORBOARD_LOG_DIR", "PORTAL_OUTPUT_DIR", "PATH", "VIRTUAL_ENV",
+    "PORTAL_JOB_ID",
+    "PORTAL_JOB_NAME",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TF_CONFIG",
+    "CUDA_VISIBLE_DEVICES",
+    "TENSORBOARD_LOG_DIR",
+    "PORTAL_OUTPUT_DIR",
+    "PATH",
+    "VIRTUAL_ENV",
 }
 RESERVED_ENV_PREFIXES = ("PORTAL_",)
 MAX_COMMAND = 10_000
@@ -77,14 +88,14 @@ def check_submission(*, user, data: dict, type_errors: dict | None = None) -> Cl
         if len(name) > 40:
             fail("name", f"Use at most 40 characters (this name has {len(name)}).")
         elif not DNS_1035.match(name):
-            fail("name", "Use lower-case letters, digits and '-', starting with a letter and not ending with '-' (a DNS-1035 label).")
+            fail(
+                "name",
+                "Use lower-case letters, digits and '-', starting with a letter and not ending with '-' (a DNS-1035 label).",
+            )
 
     department = None
     if data.get("department") is not None:
-        department = permissions.visible_departments(user).filter(slug=data["department"]).first()
-        if department is None or not permissions.can_use(user, department):
-            department = None
-            fail("department", f"You are not a member of a department called {data['department']!r}.")
+        department = account_selectors.department_for_input(user=user, slug=data["department"], errors=errors)
 
     cluster = _cluster(data, department, fail) if "cluster" not in skip else None
     pool = _pool(data, department, cluster, fail) if cluster and department and "gpu_type" not in skip else None
@@ -119,11 +130,17 @@ def check_submission(*, user, data: dict, type_errors: dict | None = None) -> Cl
     if data.get("priority") is not None:
         priority = PriorityClass.objects.filter(name=data["priority"]).first()
         if priority is None:
-            fail("priority", f"No priority class {data['priority']!r}; choose one of: "
-                 + ", ".join(PriorityClass.objects.values_list("name", flat=True)) + ".")
+            fail(
+                "priority",
+                f"No priority class {data['priority']!r}; choose one of: "
+                + ", ".join(PriorityClass.objects.values_list("name", flat=True))
+                + ".",
+            )
 
     requirements = pip_requirements(
-        data.get("requirements") or [], fail, allow_local_files=bool(cluster and cluster.settings.get("allow_local_code")),
+        data.get("requirements") or [],
+        fail,
+        allow_local_files=bool(cluster and cluster.settings.get("allow_local_code")),
         allowed_indexes=tuple((cluster.settings.get("pip_indexes") or ()) if cluster else ()),
     )
     mounts = _mounts(data.get("mounts") or [], department, fail) if department else []
@@ -138,10 +155,22 @@ def check_submission(*, user, data: dict, type_errors: dict | None = None) -> Cl
     if errors:
         raise InvalidInput(errors)
     return CleanJob(
-        name=name, department=department, cluster=cluster, pool=pool, code_url=data["code_url"].strip(),
-        code_ref=(data.get("code_ref") or "").strip(), command=command, image=image, requirements=requirements,
-        workers=workers, gpus_per_worker=float(gpus), priority=priority, mounts=mounts, env=env,
-        tensorboard=data["tensorboard"], max_runtime_seconds=runtime,
+        name=name,
+        department=department,
+        cluster=cluster,
+        pool=pool,
+        code_url=data["code_url"].strip(),
+        code_ref=(data.get("code_ref") or "").strip(),
+        command=command,
+        image=image,
+        requirements=requirements,
+        workers=workers,
+        gpus_per_worker=float(gpus),
+        priority=priority,
+        mounts=mounts,
+        env=env,
+        tensorboard=data["tensorboard"],
+        max_runtime_seconds=runtime,
     )
 
 
@@ -160,8 +189,12 @@ def _cluster(data, department, fail):
         return None
     # the department's first cluster: the oldest one it has quota on (a newly added cluster does not
     # silently become everybody's default)
-    quota = (Quota.objects.filter(department=department).select_related("pool__cluster")
-             .order_by("pool__cluster_id", "pool__gpu_type").first())
+    quota = (
+        Quota.objects.filter(department=department)
+        .select_related("pool__cluster")
+        .order_by("pool__cluster_id", "pool__gpu_type")
+        .first()
+    )
     if quota is None:
         fail("cluster", f"Department {department.slug} has no GPU quota on any cluster; ask a platform admin for one.")
         return None
@@ -169,7 +202,11 @@ def _cluster(data, department, fail):
 
 
 def _pool(data, department, cluster, fail):
-    quotas = Quota.objects.filter(department=department, pool__cluster=cluster).select_related("pool").order_by("pool__gpu_type")
+    quotas = (
+        Quota.objects.filter(department=department, pool__cluster=cluster)
+        .select_related("pool")
+        .order_by("pool__gpu_type")
+    )
     types = [quota.pool.gpu_type for quota in quotas]
     if not types:
         fail("cluster", f"Department {department.slug} has no GPU quota on cluster {cluster.name}.")
@@ -179,20 +216,27 @@ def _pool(data, department, cluster, fail):
     for quota in quotas:
         if quota.pool.gpu_type == data["gpu_type"]:
             return quota.pool
-    fail("gpu_type", f"Department {department.slug} has no quota for {data['gpu_type']!r} GPUs on cluster "
-         f"{cluster.name}; it has quota for: {', '.join(types)}.")
+    fail(
+        "gpu_type",
+        f"Department {department.slug} has no quota for {data['gpu_type']!r} GPUs on cluster "
+        f"{cluster.name}; it has quota for: {', '.join(types)}.",
+    )
     return None
 
 
 def _code(data, cluster, fail):
     url = data["code_url"].strip()
     allow_local = bool(cluster and cluster.settings.get("allow_local_code"))
-    problem = code_url_problem(url, allow_local=allow_local, where=f"cluster {cluster.name}" if cluster else "this cluster")
+    problem = code_url_problem(
+        url, allow_local=allow_local, where=f"cluster {cluster.name}" if cluster else "this cluster"
+    )
     if problem:
         fail("code_url", problem)
     ref = (data.get("code_ref") or "").strip()
     if ref and not GIT_REF.match(ref):
-        fail("code_ref", "Give a branch, tag or commit SHA (letters, digits, '.', '_', '/', '-'; not starting with '-').")
+        fail(
+            "code_ref", "Give a branch, tag or commit SHA (letters, digits, '.', '_', '/', '-'; not starting with '-')."
+        )
 
 
 def _gpus(gpus, workers, pool, fail):
@@ -210,11 +254,17 @@ def _gpus(gpus, workers, pool, fail):
         if gpus != int(gpus):
             fail("gpus_per_worker", "Above 1, ask for a whole number of GPUs per worker.")
         elif gpus > pool.gpus_per_node:
-            fail("gpus_per_worker", f"A worker runs on one node and {pool} nodes have {pool.gpus_per_node} GPUs; "
-                 "ask for at most that many per worker and add workers instead.")
+            fail(
+                "gpus_per_worker",
+                f"A worker runs on one node and {pool} nodes have {pool.gpus_per_node} GPUs; "
+                "ask for at most that many per worker and add workers instead.",
+            )
         elif workers * gpus > pool.total:
-            fail("workers", f"{workers} workers x {gpus:g} GPUs = {workers * gpus:g} GPUs, more than the "
-                 f"{pool.total} that {pool} has.")
+            fail(
+                "workers",
+                f"{workers} workers x {gpus:g} GPUs = {workers * gpus:g} GPUs, more than the "
+                f"{pool.total} that {pool} has.",
+            )
 
 
 def _mounts(items, department, fail):
@@ -228,7 +278,10 @@ def _mounts(items, department, fail):
         storage = own.get(mount["storage"])
         if storage is None:
             choices = ", ".join(sorted(own)) or "none yet"
-            fail("mounts", f"{label}: {department.slug} has no storage called {mount['storage']!r} (its storage: {choices}).")
+            fail(
+                "mounts",
+                f"{label}: {department.slug} has no storage called {mount['storage']!r} (its storage: {choices}).",
+            )
             continue
         path = mount["path"]
         if not path.startswith("/") or ".." in path.split("/") or len(path) > 200:

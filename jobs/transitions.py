@@ -21,7 +21,9 @@ class StaleJob(Exception):
     """Another process moved the job first; reload and decide again."""
 
 
-def job_transition(*, job: Job, to: str, reason: str = "", message: str = "", now: datetime | None = None, **fields) -> Job:
+def job_transition(
+    *, job: Job, to: str, reason: str = "", message: str = "", now: datetime | None = None, **fields
+) -> Job:
     now = now or timezone.now()
     steps = lifecycle.path(job.status, to)
     if job.status in lifecycle.HOLDS_GPUS and to not in lifecycle.HOLDS_GPUS and job.admitted_at:
@@ -37,8 +39,12 @@ def job_transition(*, job: Job, to: str, reason: str = "", message: str = "", no
     previous = job.status
     events = JobEvent.objects.bulk_create(
         JobEvent(
-            job=job, time=now, from_status=before, to_status=after,
-            reason=reason if after == to else "", message=message if after == to else "",
+            job=job,
+            time=now,
+            from_status=before,
+            to_status=after,
+            reason=reason if after == to else "",
+            message=message if after == to else "",
         )
         for before, after in zip([previous, *steps[:-1]], steps)
     )

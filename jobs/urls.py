@@ -5,8 +5,11 @@ from jobs import api, quota_api
 urlpatterns = [
     path("departments/<slug:slug>/", quota_api.DepartmentDetailApi.as_view(), name="api-department"),
     path("departments/<slug:slug>/quotas/", quota_api.DepartmentQuotasApi.as_view(), name="api-department-quotas"),
-    path("departments/<slug:slug>/quotas/preview/", quota_api.QuotaPreviewApi.as_view(),
-         name="api-department-quotas-preview"),
+    path(
+        "departments/<slug:slug>/quotas/preview/",
+        quota_api.QuotaPreviewApi.as_view(),
+        name="api-department-quotas-preview",
+    ),
     path("usage/", quota_api.UsageApi.as_view(), name="api-usage"),
     path("clusters/", quota_api.ClusterListApi.as_view(), name="api-clusters"),
     path("jobs/", api.JobListApi.as_view(), name="api-jobs"),

@@ -43,13 +43,9 @@ def pool_usage_by_department(*, department_ids: list[int]) -> dict[tuple[int, in
         "department_id", "pool_id", "status", "workers", "gpus_per_worker"
     ):
         (waiting if status == lifecycle.QUEUED else holding)[(department_id, pool_id)] += workers * gpus
-    nominal = {
-        (q.department_id, q.pool_id): q.nominal for q in Quota.objects.filter(department_id__in=department_ids)
-    }
+    nominal = {(q.department_id, q.pool_id): q.nominal for q in Quota.objects.filter(department_id__in=department_ids)}
     return {
-        key: PoolUsage(
-            in_use=holding[key], borrowed=max(0.0, holding[key] - nominal.get(key, 0)), pending=waiting[key]
-        )
+        key: PoolUsage(in_use=holding[key], borrowed=max(0.0, holding[key] - nominal.get(key, 0)), pending=waiting[key])
         for key in set(holding) | set(waiting)
     }
 
@@ -121,7 +117,11 @@ class Usage:
         for segment in self.segments:
             totals[(segment.department, *(getattr(segment, name) for name in fields))] += segment.gpu_seconds
         rows = [
-            {"department": key[0], **{name: _plain(value) for name, value in zip(fields, key[1:])}, "gpu_hours": _hours(seconds)}
+            {
+                "department": key[0],
+                **{name: _plain(value) for name, value in zip(fields, key[1:])},
+                "gpu_hours": _hours(seconds),
+            }
             for key, seconds in totals.items()
         ]
         if group_by == "day":
@@ -135,8 +135,10 @@ class Usage:
         for segment in self.segments:
             seconds[segment.department] += segment.gpu_seconds
             lost[segment.department] += segment.lost_gpu_seconds
-        return [{"department": slug, "gpu_hours": _hours(value), "lost_gpu_hours": _hours(lost[slug])}
-                for slug, value in sorted(seconds.items())]
+        return [
+            {"department": slug, "gpu_hours": _hours(value), "lost_gpu_hours": _hours(lost[slug])}
+            for slug, value in sorted(seconds.items())
+        ]
 
     def daily_series(self) -> dict[str, list[float]]:
         """department -> GPU-hours of each day of the period (zeros included), for a chart."""
@@ -175,21 +177,41 @@ def usage_get(*, departments, start: str = "", end: str = "", group_by: str = "d
             while begin < finish:
                 midnight = datetime.combine(begin.date() + timedelta(days=1), time.min, tzinfo=UTC)
                 upto = min(midnight, finish)
-                segments.append(UsageSegment(
-                    department=job.department.slug, day=begin.date(), user=job.submitted_by.username,
-                    cluster=job.pool.cluster.name, gpu_type=job.pool.gpu_type,
-                    gpu_seconds=(upto - begin).total_seconds() * job.gpus,
-                ))
+                segments.append(
+                    UsageSegment(
+                        department=job.department.slug,
+                        day=begin.date(),
+                        user=job.submitted_by.username,
+                        cluster=job.pool.cluster.name,
+                        gpu_type=job.pool.gpu_type,
+                        gpu_seconds=(upto - begin).total_seconds() * job.gpus,
+                    )
+                )
                 begin = upto
         for event in job.holding_events:
-            if event.to_status == lifecycle.PREEMPTED and event.lost_gpu_seconds and window_start <= event.time < window_end:
-                segments.append(UsageSegment(
-                    department=job.department.slug, day=event.time.astimezone(UTC).date(), user=job.submitted_by.username,
-                    cluster=job.pool.cluster.name, gpu_type=job.pool.gpu_type, gpu_seconds=0.0,
-                    lost_gpu_seconds=event.lost_gpu_seconds,
-                ))
-    return Usage(start=first, end=last, group_by=group_by, departments=tuple(d.slug for d in departments),
-                 segments=tuple(segments))
+            if (
+                event.to_status == lifecycle.PREEMPTED
+                and event.lost_gpu_seconds
+                and window_start <= event.time < window_end
+            ):
+                segments.append(
+                    UsageSegment(
+                        department=job.department.slug,
+                        day=event.time.astimezone(UTC).date(),
+                        user=job.submitted_by.username,
+                        cluster=job.pool.cluster.name,
+                        gpu_type=job.pool.gpu_type,
+                        gpu_seconds=0.0,
+                        lost_gpu_seconds=event.lost_gpu_seconds,
+                    )
+                )
+    return Usage(
+        start=first,
+        end=last,
+        group_by=group_by,
+        departments=tuple(d.slug for d in departments),
+        segments=tuple(segments),
+    )
 
 
 def _holding_intervals(job: Job, *, now: datetime) -> list[tuple[datetime, datetime]]:
@@ -261,7 +283,10 @@ def usage_of(*, departments) -> list[tuple[Department, list[tuple[Quota, PoolUsa
     for quota in quotas_of(departments=departments):
         quotas[quota.department_id].append(quota)
     return [
-        (department, [(quota, usage.get((department.pk, quota.pool_id), PoolUsage())) for quota in quotas[department.pk]])
+        (
+            department,
+            [(quota, usage.get((department.pk, quota.pool_id), PoolUsage())) for quota in quotas[department.pk]],
+        )
         for department in departments
     ]
 
@@ -269,7 +294,9 @@ def usage_of(*, departments) -> list[tuple[Department, list[tuple[Quota, PoolUsa
 def storage_users(*, storage, **_signal) -> list[int]:
     """Ids of the department's unfinished jobs that mount the volume, oldest first."""
     return sorted(
-        job_id for job_id, mounts in Job.objects.filter(department_id=storage.department_id)
-        .exclude(status__in=lifecycle.FINAL).values_list("pk", "mounts")
+        job_id
+        for job_id, mounts in Job.objects.filter(department_id=storage.department_id)
+        .exclude(status__in=lifecycle.FINAL)
+        .values_list("pk", "mounts")
         if any(mount.get("storage") == storage.name for mount in mounts)
     )

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import difflib
 
-from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api import visible_or_404
 from models_registry import selectors, services
 from models_registry.filters import ModelFilter
 from models_registry.models import ModelVersion, RegisteredModel
@@ -32,20 +32,20 @@ def _parse(serializer_class, data, *, partial: bool = False) -> dict:
 
 
 def _visible_model(request, name: str) -> RegisteredModel:
-    model = selectors.model_get(user=request.user, name=name)
-    if model is None:
-        raise Http404("No model with that name in your departments.")
-    return model
+    return visible_or_404(
+        selectors.model_get(user=request.user, name=name), "No model with that name in your departments."
+    )
 
 
 def _visible_version(request, name: str, number: int) -> ModelVersion:
-    version = selectors.version_get(model=_visible_model(request, name), number=number)
-    if version is None:
-        raise Http404("The model has no version with that number.")
-    return version
+    return visible_or_404(
+        selectors.version_get(model=_visible_model(request, name), number=number),
+        "The model has no version with that number.",
+    )
 
 
 # --- Models ------------------------------------------------------------------------------------
+
 
 class ModelInputSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=63)
@@ -100,26 +100,48 @@ class ModelDetailApi(APIView):
 
 # --- Versions ----------------------------------------------------------------------------------
 
+
 class VersionInputSerializer(serializers.Serializer):
     source_job = serializers.IntegerField(required=False, allow_null=True, help_text="id of a succeeded job")
-    artifact_path = serializers.CharField(max_length=1000, required=False, allow_blank=True, trim_whitespace=False,
-                                          help_text="relative to the job's PORTAL_OUTPUT_DIR, e.g. model.joblib")
-    artifact_uri = serializers.CharField(max_length=2000, required=False, allow_blank=True,
-                                         help_text="store://<model>/<version>/<file>, or file:///path inside "
-                                                   "PORTAL_ARTIFACT_IMPORT_DIRS (copied into the store)")
+    artifact_path = serializers.CharField(
+        max_length=1000,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="relative to the job's PORTAL_OUTPUT_DIR, e.g. model.joblib",
+    )
+    artifact_uri = serializers.CharField(
+        max_length=2000,
+        required=False,
+        allow_blank=True,
+        help_text="store://<model>/<version>/<file>, or file:///path inside "
+        "PORTAL_ARTIFACT_IMPORT_DIRS (copied into the store)",
+    )
     framework = serializers.CharField(max_length=20, default="sklearn")
-    metrics = serializers.DictField(child=serializers.FloatField(), required=False, default=dict,
-                                    help_text="name -> number; wins over the metrics read from the job's TensorBoard")
-    tags = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=500), required=False,
-                                 default=dict)
+    metrics = serializers.DictField(
+        child=serializers.FloatField(),
+        required=False,
+        default=dict,
+        help_text="name -> number; wins over the metrics read from the job's TensorBoard",
+    )
+    tags = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, max_length=500), required=False, default=dict
+    )
 
 
 class VersionUpdateSerializer(serializers.Serializer):
-    aliases = serializers.ListField(child=serializers.CharField(max_length=40), required=False, max_length=100,
-                                    help_text="every alias this version should carry; each is moved here from "
-                                              "another version, and the version's unlisted aliases are removed")
-    tags = serializers.DictField(child=serializers.CharField(allow_blank=True, allow_null=True, max_length=500),
-                                 required=False, help_text="merged into the tags; a null value removes that tag")
+    aliases = serializers.ListField(
+        child=serializers.CharField(max_length=40),
+        required=False,
+        max_length=100,
+        help_text="every alias this version should carry; each is moved here from "
+        "another version, and the version's unlisted aliases are removed",
+    )
+    tags = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, allow_null=True, max_length=500),
+        required=False,
+        help_text="merged into the tags; a null value removes that tag",
+    )
 
 
 class LineageSerializer(serializers.Serializer):
@@ -144,9 +166,11 @@ class VersionOutputSerializer(serializers.Serializer):
     framework = serializers.CharField()
     artifact_uri = serializers.CharField()
     artifact_sha256 = serializers.CharField(help_text="empty until the version is ready")
-    status = serializers.ChoiceField(choices=ModelVersion.Status.choices,
-                                     help_text="registering (the artifact is being copied from the job), ready, or "
-                                               "failed; only a ready version can get aliases or be deployed")
+    status = serializers.ChoiceField(
+        choices=ModelVersion.Status.choices,
+        help_text="registering (the artifact is being copied from the job), ready, or "
+        "failed; only a ready version can get aliases or be deployed",
+    )
     status_message = serializers.CharField(help_text="why it failed (empty otherwise)")
     source_job = serializers.IntegerField(source="source_job_id", allow_null=True)
     lineage = LineageSerializer()

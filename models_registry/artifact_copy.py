@@ -23,8 +23,13 @@ MAX_DEPTH = 64  # deeper trees are refused rather than exhausting file descripto
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO for reading must not wait for a writer; it does nothing to regular files.
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-KINDS = {stat.S_IFIFO: "named pipe (FIFO)", stat.S_IFSOCK: "socket", stat.S_IFCHR: "character device",
-         stat.S_IFBLK: "block device", stat.S_IFLNK: "symbolic link"}
+KINDS = {
+    stat.S_IFIFO: "named pipe (FIFO)",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFLNK: "symbolic link",
+}
 
 
 class CopyRefused(ValueError):
@@ -43,8 +48,10 @@ class _Copy:
 
     def too_large(self, size: int, shown: str, *, grew: bool) -> CopyRefused:
         how = f"{shown!r} grew while it was being copied: " if grew else ""
-        return CopyRefused(f"{how}the artifact is larger than the limit: at least {size} bytes ({gib(size)}), and "
-                           f"the limit is {self.max_bytes} bytes ({gib(self.max_bytes)}, PORTAL_ARTIFACT_MAX_BYTES).")
+        return CopyRefused(
+            f"{how}the artifact is larger than the limit: at least {size} bytes ({gib(size)}), and "
+            f"the limit is {self.max_bytes} bytes ({gib(self.max_bytes)}, PORTAL_ARTIFACT_MAX_BYTES)."
+        )
 
     def entry(self, parent_fd: int, name: str, target: Path, shown: str, depth: int) -> None:
         """Copy ``name`` (in the directory ``parent_fd``) to ``target``: a folder walked, or a file copied."""
@@ -85,8 +92,10 @@ class _Copy:
             # cannot be found, and fs.protected_hardlinks may be off, so a file with more than one name is
             # refused, even if both names are inside: the simplest rule that is never wrong.
             if opened.st_nlink != 1:
-                raise CopyRefused(f"{shown!r} is a hard link ({opened.st_nlink} names for one file): the artifact "
-                                  "store copies only files with a single name; copy the file instead of linking it.")
+                raise CopyRefused(
+                    f"{shown!r} is a hard link ({opened.st_nlink} names for one file): the artifact "
+                    "store copies only files with a single name; copy the file instead of linking it."
+                )
             if self.copied + opened.st_size > self.max_bytes:
                 raise self.too_large(self.copied + opened.st_size, shown, grew=False)
             self.stream(fd, target, shown)
@@ -102,7 +111,7 @@ class _Copy:
                     raise self.too_large(self.copied, shown, grew=True)
                 view = memoryview(chunk)
                 while view:
-                    view = view[os.write(out, view):]
+                    view = view[os.write(out, view) :]
         except OSError as exc:
             raise CopyRefused(f"{shown!r} could not be copied: {exc.strerror}.") from exc
         finally:
@@ -112,11 +121,14 @@ class _Copy:
 def refuse_special(mode: int, shown: str) -> None:
     kind = KINDS.get(stat.S_IFMT(mode))
     if kind == "symbolic link":
-        raise CopyRefused(f"{shown!r} is a symbolic link: the artifact store copies regular files and folders only; "
-                          "put the file itself in the output folder.")
+        raise CopyRefused(
+            f"{shown!r} is a symbolic link: the artifact store copies regular files and folders only; "
+            "put the file itself in the output folder."
+        )
     if kind is not None:
-        raise CopyRefused(f"{shown!r} is a {kind}, not a regular file: the artifact store copies regular files "
-                          "and folders only.")
+        raise CopyRefused(
+            f"{shown!r} is a {kind}, not a regular file: the artifact store copies regular files and folders only."
+        )
 
 
 def open_at(parent_fd: int | None, name: str, flags: int, shown: str) -> int:
@@ -133,13 +145,16 @@ def open_at(parent_fd: int | None, name: str, flags: int, shown: str) -> int:
             if now is not None:
                 refuse_special(now.st_mode, shown)
         if exc.errno in (errno.ENOTDIR, errno.ENOENT, errno.ELOOP):
-            raise CopyRefused(f"{shown!r} changed while it was being copied (it is not what it was a moment "
-                              "before); register it again once the output folder is left alone.") from exc
+            raise CopyRefused(
+                f"{shown!r} changed while it was being copied (it is not what it was a moment "
+                "before); register it again once the output folder is left alone."
+            ) from exc
         raise CopyRefused(f"{shown!r} could not be read: {exc.strerror}.") from exc
 
 
-def copy_artifact(base: Path, relative: str, target: Path, *, max_bytes: int,
-                  before_open: Callable[[str], None] | None = None) -> int:
+def copy_artifact(
+    base: Path, relative: str, target: Path, *, max_bytes: int, before_open: Callable[[str], None] | None = None
+) -> int:
     """Copy ``base/relative`` (a file or a folder) to ``target`` (which must not exist); the bytes copied.
 
     ``base`` itself may not be a symbolic link; each part of ``relative`` is opened relative to the one
@@ -153,7 +168,7 @@ def copy_artifact(base: Path, relative: str, target: Path, *, max_bytes: int,
     fd = open_at(None, str(base), DIR_FLAGS, base.name)
     try:
         for depth, part in enumerate(parts[:-1]):
-            shown = "/".join(parts[:depth + 1])
+            shown = "/".join(parts[: depth + 1])
             inner = open_at(fd, part, DIR_FLAGS, shown)
             os.close(fd)
             fd = inner

@@ -41,7 +41,7 @@ def path_of_uri(uri: str) -> Path:
     """The local path behind a ``store://`` URI; refuses URIs that would leave the store."""
     if not uri.startswith(SCHEME):
         raise ArtifactError(f"{uri!r} is not in the portal's artifact store (it must start with {SCHEME}).")
-    relative = PurePosixPath(uri[len(SCHEME):])
+    relative = PurePosixPath(uri[len(SCHEME) :])
     if not relative.parts or relative.is_absolute() or ".." in relative.parts:
         raise ArtifactError(f"{uri!r} is not a valid store URI: write it as {SCHEME}<model>/<version>/<file>.")
     root = store_root().resolve()
@@ -57,8 +57,10 @@ def artifact_path(version) -> Path:
     Refused while the version is still being copied, or when its copy failed: there is nothing to load.
     """
     if version.status != "ready":
-        raise ArtifactError(f"Version {version.version} of {version.model.name} is {version.status}, not ready: "
-                            "its artifact cannot be used" + (f" ({version.status_message})" if version.status_message else "") + ".")
+        raise ArtifactError(
+            f"Version {version.version} of {version.model.name} is {version.status}, not ready: "
+            "its artifact cannot be used" + (f" ({version.status_message})" if version.status_message else "") + "."
+        )
     return path_of_uri(version.artifact_uri)
 
 
@@ -103,7 +105,9 @@ def resolve_inside(base: Path, relative: str, *, what: str = "the job's output f
 def _refuse_escaping_links(folder: Path, root: Path, shown: str, what: str) -> None:
     for inner in folder.rglob("*"):
         if inner.is_symlink() and not inner.resolve().is_relative_to(root):
-            raise ArtifactError(f"{shown!r} holds a link ({inner.relative_to(folder).as_posix()}) that points outside {what}.")
+            raise ArtifactError(
+                f"{shown!r} holds a link ({inner.relative_to(folder).as_posix()}) that points outside {what}."
+            )
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,9 @@ def stage(base: Path, relative: str, *, before_open=None) -> Staged:
         raise ArtifactError(str(exc)) from exc
     except OSError as exc:
         shutil.rmtree(holder, ignore_errors=True)
-        raise ArtifactError(f"{relative!r} could not be copied into the artifact store: {exc.strerror or exc}.") from exc
+        raise ArtifactError(
+            f"{relative!r} could not be copied into the artifact store: {exc.strerror or exc}."
+        ) from exc
     return Staged(path=staged, sha256=sha256_of(staged))
 
 

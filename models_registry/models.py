@@ -16,8 +16,9 @@ class RegisteredModel(models.Model):
     name = models.SlugField(max_length=63, unique=True)  # the API addresses models by name alone
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="registered_models")
     description = models.TextField(blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -50,8 +51,9 @@ class ModelVersion(models.Model):
     lineage = models.JSONField(default=dict, blank=True)
     metrics = models.JSONField(default=dict, blank=True)  # name -> last value (e.g. from TensorBoard scalars)
     tags = models.JSONField(default=dict, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -75,5 +77,3 @@ class ModelAlias(models.Model):
 
     def __str__(self):
         return f"{self.model.name}@{self.name}"
-
-

@@ -14,16 +14,16 @@ from pathlib import Path
 
 from django.db.models import Count, Max, Prefetch, QuerySet
 
+from accounts import permissions
 from jobs.executors.local_jobdir import JobDir
 from jobs.models import Job
 from models_registry.models import ModelAlias, ModelVersion, RegisteredModel
-from accounts import permissions
 
 
 def models_for(*, user, department: str = "", search: str = "") -> QuerySet[RegisteredModel]:
-    models = permissions.scope(user, RegisteredModel.objects.select_related("department", "created_by")).prefetch_related(
-        Prefetch("aliases", queryset=ModelAlias.objects.select_related("version").order_by("name"))
-    )
+    models = permissions.scope(
+        user, RegisteredModel.objects.select_related("department", "created_by")
+    ).prefetch_related(Prefetch("aliases", queryset=ModelAlias.objects.select_related("version").order_by("name")))
     if department:
         models = models.filter(department__slug=department)
     if search:
@@ -61,14 +61,18 @@ def metric_names(versions) -> list[str]:
 
 # --- What a finished job left behind (local executor) ---------------------------------------------
 
+
 def job_run_dirs(*, job: Job, executor_root: Path) -> list[JobDir]:
     """The job's run folders, its final run last (a re-queued job has one run per admission).
 
     Same layout as tensorboards.services: <executor root>/jobs/<job id>-<hex>/ (jobs/executors/local_jobdir.py).
     """
     jobs_root = Path(executor_root) / "jobs"
-    earlier = sorted(p.name for p in jobs_root.glob(f"{job.pk}-*")
-                     if p.is_dir() and p.name != job.run_id and JobDir(p).belongs_to(job.storage_key))
+    earlier = sorted(
+        p.name
+        for p in jobs_root.glob(f"{job.pk}-*")
+        if p.is_dir() and p.name != job.run_id and JobDir(p).belongs_to(job.storage_key)
+    )
     names = [*earlier, job.run_id] if job.run_id else earlier
     return [JobDir(jobs_root / name) for name in names]
 

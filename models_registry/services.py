@@ -26,18 +26,17 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
+from accounts import selectors as account_selectors
+from accounts.services import audit_record
+from clusters.errors import ExecutorError
 from core.errors import Conflict, InvalidInput
 from jobs import lifecycle
 from jobs import selectors as job_selectors
-from clusters.errors import ExecutorError
 from jobs.models import Job
 from jobs.services import executor_for
-from models_registry import artifacts, selectors
+from models_registry import artifacts, selectors, tasks
 from models_registry.models import ModelAlias, ModelVersion, RegisteredModel
-from accounts import permissions
-from accounts.services import audit_record
 from webhooks import events as webhook_events
-from models_registry import tasks
 
 NAME = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?")
 ALIAS = re.compile(r"[a-z](?:[a-z0-9_-]{0,38}[a-z0-9])?")
@@ -49,6 +48,7 @@ NUMBERING_ATTEMPTS = 5
 
 # --- Models ------------------------------------------------------------------------------------
 
+
 def model_create(*, user, name: str, department: str, description: str = "") -> RegisteredModel:
     errors: dict[str, list[str]] = {}
     if not NAME.fullmatch(name or ""):
@@ -57,22 +57,31 @@ def model_create(*, user, name: str, department: str, description: str = "") -> 
             "starting and ending with a letter or digit (e.g. digits-classifier)."
         ]
     elif RegisteredModel.objects.filter(name=name).exists():
-        errors["name"] = [f"A model named {name!r} already exists; model names are unique across the portal, pick another."]
-    owner = permissions.visible_departments(user).filter(slug=department).first()
-    if owner is None or not permissions.can_use(user, owner):
-        errors["department"] = [f"You are not a member of a department called {department!r}."]
+        errors["name"] = [
+            f"A model named {name!r} already exists; model names are unique across the portal, pick another."
+        ]
+    owner = account_selectors.department_for_input(user=user, slug=department, errors=errors)
     if errors:
         raise InvalidInput(errors)
     try:
         with transaction.atomic():
-            model = RegisteredModel.objects.create(name=name, department=owner, description=description, created_by=user)
+            model = RegisteredModel.objects.create(
+                name=name, department=owner, description=description, created_by=user
+            )
             audit_record(actor=user, action="model.create", target=name, department=owner)
     except IntegrityError:
-        raise InvalidInput({"name": [f"A model named {name!r} already exists; model names are unique across the portal, pick another."]}) from None
+        raise InvalidInput(
+            {
+                "name": [
+                    f"A model named {name!r} already exists; model names are unique across the portal, pick another."
+                ]
+            }
+        ) from None
     return model
 
 
 # --- Versions ----------------------------------------------------------------------------------
+
 
 def version_register(
     *,
@@ -93,15 +102,24 @@ def version_register(
     """
     errors: dict[str, list[str]] = {}
     _check_common(errors, framework=framework, metrics=metrics or {}, tags=tags or {})
-    source, job = _source(errors, user=user, model=model, source_job=source_job, artifact_path=artifact_path,
-                          artifact_uri=artifact_uri)
+    source, job = _source(
+        errors, user=user, model=model, source_job=source_job, artifact_path=artifact_path, artifact_uri=artifact_uri
+    )
     if errors:
         raise InvalidInput(errors)
     if job is not None:
         version = _create_numbered(
-            user=user, model=model, name=PurePosixPath(artifact_path).name, staged=None,
-            status=ModelVersion.Status.REGISTERING, source_path=artifact_path, framework=framework, source_job=job,
-            lineage=_lineage_of(job), metrics=dict(metrics or {}), tags=dict(tags or {}),
+            user=user,
+            model=model,
+            name=PurePosixPath(artifact_path).name,
+            staged=None,
+            status=ModelVersion.Status.REGISTERING,
+            source_path=artifact_path,
+            framework=framework,
+            source_job=job,
+            lineage=_lineage_of(job),
+            metrics=dict(metrics or {}),
+            tags=dict(tags or {}),
         )
         transaction.on_commit(lambda: tasks.copy_version_artifact.delay(version.pk))
         return version
@@ -111,15 +129,24 @@ def version_register(
         raise InvalidInput({"artifact_uri": [str(exc)]}) from exc
     try:
         return _create_numbered(
-            user=user, model=model, name=staged.name, staged=staged, status=ModelVersion.Status.READY,
-            framework=framework, source_job=None, lineage={"source_uri": artifact_uri}, metrics=dict(metrics or {}),
+            user=user,
+            model=model,
+            name=staged.name,
+            staged=staged,
+            status=ModelVersion.Status.READY,
+            framework=framework,
+            source_job=None,
+            lineage={"source_uri": artifact_uri},
+            metrics=dict(metrics or {}),
             tags=dict(tags or {}),
         )
     finally:
         artifacts.discard(staged)
 
 
-def _create_numbered(*, user, model: RegisteredModel, name: str, staged: artifacts.Staged | None, **fields) -> ModelVersion:
+def _create_numbered(
+    *, user, model: RegisteredModel, name: str, staged: artifacts.Staged | None, **fields
+) -> ModelVersion:
     for _attempt in range(NUMBERING_ATTEMPTS):
         try:
             with transaction.atomic():
@@ -127,11 +154,20 @@ def _create_numbered(*, user, model: RegisteredModel, name: str, staged: artifac
                 RegisteredModel.objects.select_for_update().filter(pk=model.pk).first()
                 number = (ModelVersion.objects.filter(model=model).aggregate(top=Max("version"))["top"] or 0) + 1
                 version = ModelVersion.objects.create(
-                    model=model, version=number, artifact_uri=artifacts.store_uri(model.name, number, name),
-                    artifact_sha256=staged.sha256 if staged else "", created_by=user, **fields,
+                    model=model,
+                    version=number,
+                    artifact_uri=artifacts.store_uri(model.name, number, name),
+                    artifact_sha256=staged.sha256 if staged else "",
+                    created_by=user,
+                    **fields,
                 )
-                audit_record(actor=user, action="model.version.register", target=str(version),
-                             department=model.department, data={"artifact_uri": version.artifact_uri})
+                audit_record(
+                    actor=user,
+                    action="model.version.register",
+                    target=str(version),
+                    department=model.department,
+                    data={"artifact_uri": version.artifact_uri},
+                )
                 if staged is not None:
                     artifacts.place(staged, model_name=model.name, version=number)
                     webhook_events.version_registered(version=version)
@@ -147,8 +183,11 @@ def version_artifact_copy(*, version_id: int) -> None:
     Nothing checked at registration is trusted here: the folder is the job's, and jobs of its department
     may still change it. The copy takes regular files only (models_registry/artifact_copy.py).
     """
-    version = ModelVersion.objects.select_related("model", "source_job__cluster").filter(
-        pk=version_id, status=ModelVersion.Status.REGISTERING).first()
+    version = (
+        ModelVersion.objects.select_related("model", "source_job__cluster")
+        .filter(pk=version_id, status=ModelVersion.Status.REGISTERING)
+        .first()
+    )
     if version is None:
         return  # done by an earlier delivery of this task, or deleted
     job = version.source_job
@@ -165,8 +204,11 @@ def version_artifact_copy(*, version_id: int) -> None:
     try:
         captured = _job_metrics(job)
         with transaction.atomic():
-            locked = ModelVersion.objects.select_for_update().filter(
-                pk=version.pk, status=ModelVersion.Status.REGISTERING).first()
+            locked = (
+                ModelVersion.objects.select_for_update()
+                .filter(pk=version.pk, status=ModelVersion.Status.REGISTERING)
+                .first()
+            )
             if locked is None:
                 return
             artifacts.place(staged, model_name=version.model.name, version=version.version)
@@ -180,29 +222,35 @@ def version_artifact_copy(*, version_id: int) -> None:
 
 def _version_fail(version: ModelVersion, message: str) -> None:
     ModelVersion.objects.filter(pk=version.pk, status=ModelVersion.Status.REGISTERING).update(
-        status=ModelVersion.Status.FAILED, status_message=message)
+        status=ModelVersion.Status.FAILED, status_message=message
+    )
 
 
 def version_require_ready(version: ModelVersion) -> None:
     """Conflict (409) unless the version's artifact is in the store: aliases, deployments and servers need it."""
     if version.status == ModelVersion.Status.REGISTERING:
-        raise Conflict(f"Version {version.version} of {version.model.name} is still registering (its artifact is "
-                       "being copied into the store); try again when it is ready.")
+        raise Conflict(
+            f"Version {version.version} of {version.model.name} is still registering (its artifact is "
+            "being copied into the store); try again when it is ready."
+        )
     if version.status != ModelVersion.Status.READY:
-        raise Conflict(f"Version {version.version} of {version.model.name} failed to register and cannot be used: "
-                       f"{version.status_message or 'no artifact in the store.'}")
+        raise Conflict(
+            f"Version {version.version} of {version.model.name} failed to register and cannot be used: "
+            f"{version.status_message or 'no artifact in the store.'}"
+        )
 
 
 def _check_common(errors: dict, *, framework: str, metrics: dict, tags: dict) -> None:
     if framework not in FRAMEWORKS:
         errors["framework"] = [f"{framework!r} is not a known framework; use one of: {', '.join(FRAMEWORKS)}."]
     if not isinstance(metrics, dict):
-        errors["metrics"] = ["Give metrics as an object of name -> number, e.g. {\"accuracy/test\": 0.97}."]
+        errors["metrics"] = ['Give metrics as an object of name -> number, e.g. {"accuracy/test": 0.97}.']
     else:
         bad = [name for name, value in metrics.items() if not _is_number(value) or not name or len(name) > 200]
         if bad:
-            errors["metrics"] = [f"Metric {name!r} must have a name of 1-200 characters and a finite number as value."
-                                 for name in bad]
+            errors["metrics"] = [
+                f"Metric {name!r} must have a name of 1-200 characters and a finite number as value." for name in bad
+            ]
         elif len(metrics) > MAX_METRICS:
             errors["metrics"] = [f"At most {MAX_METRICS} metrics per version."]
     tag_errors = _tag_problems(tags, allow_null=False)
@@ -216,7 +264,7 @@ def _is_number(value) -> bool:
 
 def _tag_problems(tags, *, allow_null: bool) -> list[str]:
     if not isinstance(tags, dict):
-        return ["Give tags as an object of name -> text, e.g. {\"dataset\": \"digits-v2\"}."]
+        return ['Give tags as an object of name -> text, e.g. {"dataset": "digits-v2"}.']
     problems = []
     for key, value in tags.items():
         if not isinstance(key, str) or not 1 <= len(key) <= 100:
@@ -224,8 +272,10 @@ def _tag_problems(tags, *, allow_null: bool) -> list[str]:
         elif value is None and allow_null:
             continue
         elif not isinstance(value, str) or len(value) > 500:
-            problems.append(f"Tag {key!r} must have a text value of at most 500 characters"
-                            + (" (null removes it)." if allow_null else "."))
+            problems.append(
+                f"Tag {key!r} must have a text value of at most 500 characters"
+                + (" (null removes it)." if allow_null else ".")
+            )
     if len(tags) > MAX_TAGS:
         problems.append(f"At most {MAX_TAGS} tags per version.")
     return problems
@@ -244,18 +294,23 @@ def _source(errors: dict, *, user, model, source_job, artifact_path, artifact_ur
             return None, None
     if source_job is None:
         if artifact_path:
-            errors["source_job"] = ["artifact_path is relative to a job's output folder: give the source_job that wrote it."]
+            errors["source_job"] = [
+                "artifact_path is relative to a job's output folder: give the source_job that wrote it."
+            ]
         else:
-            errors["source_job"] = ["Give the source_job (id of a succeeded job) and the artifact_path it wrote, "
-                                    "or an artifact_uri."]
+            errors["source_job"] = [
+                "Give the source_job (id of a succeeded job) and the artifact_path it wrote, or an artifact_uri."
+            ]
         return None, None
     job = job_selectors.job_get(user=user, job_id=source_job)
     if job is None:
         errors["source_job"] = [f"No job {source_job} in your departments."]
         return None, None
     if job.department_id != model.department_id:
-        errors["source_job"] = [f"Job {job.pk} belongs to department {job.department.slug} and model {model.name} to "
-                                f"{model.department.slug}: register it in a model of {job.department.slug}."]
+        errors["source_job"] = [
+            f"Job {job.pk} belongs to department {job.department.slug} and model {model.name} to "
+            f"{model.department.slug}: register it in a model of {job.department.slug}."
+        ]
         return None, job
     if job.status != lifecycle.SUCCEEDED:
         errors["source_job"] = [f"Job {job.pk} is {job.status}: only the output of a succeeded job can be registered."]
@@ -274,14 +329,18 @@ def _output_dir(errors: dict, job: Job) -> Path | None:
     try:
         executor = executor_for(job.cluster)
     except ExecutorError as exc:
-        errors["source_job"] = [f"The portal cannot read the output of job {job.pk}: {exc.message} "
-                                "Copy the artifact somewhere it can and register it by artifact_uri."]
+        errors["source_job"] = [
+            f"The portal cannot read the output of job {job.pk}: {exc.message} "
+            "Copy the artifact somewhere it can and register it by artifact_uri."
+        ]
         return None
     runs = selectors.job_run_dirs(job=job, executor_root=executor.root)
     output = runs[-1].output if runs else None
     if output is None or not output.is_dir():
-        errors["source_job"] = [f"Job {job.pk} has no output folder any more (PORTAL_OUTPUT_DIR was deleted or never "
-                                "written): nothing to register."]
+        errors["source_job"] = [
+            f"Job {job.pk} has no output folder any more (PORTAL_OUTPUT_DIR was deleted or never "
+            "written): nothing to register."
+        ]
         return None
     return output
 
@@ -289,7 +348,7 @@ def _output_dir(errors: dict, job: Job) -> Path | None:
 def _from_uri(*, user, uri: str) -> Path:
     if uri.startswith(artifacts.SCHEME):
         path = artifacts.path_of_uri(uri)
-        owner, _, rest = uri[len(artifacts.SCHEME):].partition("/")
+        owner, _, rest = uri[len(artifacts.SCHEME) :].partition("/")
         model = selectors.model_get(user=user, name=owner)
         number = rest.split("/", 1)[0]
         used = selectors.version_get(model=model, number=int(number)) if model and number.isdigit() else None
@@ -305,26 +364,40 @@ def _from_uri(*, user, uri: str) -> Path:
             "artifact store, or a file:// path inside a folder the platform admins allow (PORTAL_ARTIFACT_IMPORT_DIRS)."
         )
     if parts.netloc not in ("", "localhost"):
-        raise artifacts.ArtifactError(f"{uri!r} names host {parts.netloc!r}: only files on the portal's machine "
-                                      "(file:///path) can be registered.")
+        raise artifacts.ArtifactError(
+            f"{uri!r} names host {parts.netloc!r}: only files on the portal's machine (file:///path) can be registered."
+        )
     allowed = [Path(folder) for folder in settings.PORTAL_ARTIFACT_IMPORT_DIRS]
     if not allowed:
-        raise artifacts.ArtifactError("Registering from file:// is off: ask a platform admin to set "
-                                      "PORTAL_ARTIFACT_IMPORT_DIRS, or register from a job.")
+        raise artifacts.ArtifactError(
+            "Registering from file:// is off: ask a platform admin to set "
+            "PORTAL_ARTIFACT_IMPORT_DIRS, or register from a job."
+        )
     path = Path(unquote(parts.path))
     for folder in allowed:
         root = folder.resolve()
         if path.is_absolute() and path.resolve().is_relative_to(root):
             return artifacts.resolve_inside(root, path.resolve().relative_to(root).as_posix(), what=f"{root}")
-    raise artifacts.ArtifactError(f"{uri!r} is outside the folders artifacts may be registered from: "
-                                  + ", ".join(str(folder) for folder in allowed) + ".")
+    raise artifacts.ArtifactError(
+        f"{uri!r} is outside the folders artifacts may be registered from: "
+        + ", ".join(str(folder) for folder in allowed)
+        + "."
+    )
 
 
 def _lineage_of(job: Job) -> dict:
     return {
-        "job": job.pk, "job_name": job.name, "department": job.department.slug, "code_url": job.code_url,
-        "code_ref": job.code_ref, "commit": job.commit, "image": job.image.name, "image_ref": job.image.image,
-        "command": job.command, "requirements": list(job.requirements), "submitted_by": job.submitted_by.username,
+        "job": job.pk,
+        "job_name": job.name,
+        "department": job.department.slug,
+        "code_url": job.code_url,
+        "code_ref": job.code_ref,
+        "commit": job.commit,
+        "image": job.image.name,
+        "image_ref": job.image.image,
+        "command": job.command,
+        "requirements": list(job.requirements),
+        "submitted_by": job.submitted_by.username,
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
     }
 
@@ -341,15 +414,20 @@ def _job_metrics(job: Job) -> dict[str, float]:
         return selectors.tensorboard_scalars(artifacts.readable_copies(folders, Path(scratch)))
 
 
-def version_update(*, user, version: ModelVersion, aliases: list[str] | None = None, tags: dict | None = None) -> ModelVersion:
+def version_update(
+    *, user, version: ModelVersion, aliases: list[str] | None = None, tags: dict | None = None
+) -> ModelVersion:
     """PATCH a version: ``aliases`` is the full list it should carry (others' are moved here, its own
     unlisted ones removed); ``tags`` is merged (a null value removes that tag)."""
     errors: dict[str, list[str]] = {}
     if aliases is not None:
         bad = [name for name in aliases if not isinstance(name, str) or not ALIAS.fullmatch(name)]
         if bad:
-            errors["aliases"] = [f"{name!r} is not a valid alias: use 1-40 lowercase letters, digits, '-' or '_', "
-                                 "starting with a letter (e.g. champion)." for name in bad]
+            errors["aliases"] = [
+                f"{name!r} is not a valid alias: use 1-40 lowercase letters, digits, '-' or '_', "
+                "starting with a letter (e.g. champion)."
+                for name in bad
+            ]
     if tags is not None:
         problems = _tag_problems(tags, allow_null=True)
         if problems:
@@ -377,8 +455,14 @@ def version_update(*, user, version: ModelVersion, aliases: list[str] | None = N
 def alias_set(*, user, version: ModelVersion, name: str) -> ModelAlias:
     """Point the model's alias ``name`` at this version, moving it from wherever it was (audited)."""
     if not ALIAS.fullmatch(name or ""):
-        raise InvalidInput({"aliases": [f"{name!r} is not a valid alias: use 1-40 lowercase letters, digits, '-' or '_', "
-                                        "starting with a letter (e.g. champion)."]})
+        raise InvalidInput(
+            {
+                "aliases": [
+                    f"{name!r} is not a valid alias: use 1-40 lowercase letters, digits, '-' or '_', "
+                    "starting with a letter (e.g. champion)."
+                ]
+            }
+        )
     version_require_ready(version)
     model = version.model
     with transaction.atomic():
@@ -392,8 +476,13 @@ def alias_set(*, user, version: ModelVersion, name: str) -> ModelAlias:
         else:
             alias.version = version
             alias.save(update_fields=["version"])
-        audit_record(actor=user, action="model.alias.set", target=f"{model.name}@{name}", department=model.department,
-                     data={"from_version": before, "to_version": version.version})
+        audit_record(
+            actor=user,
+            action="model.alias.set",
+            target=f"{model.name}@{name}",
+            department=model.department,
+            data={"from_version": before, "to_version": version.version},
+        )
         webhook_events.alias_moved(model=model, alias=name, from_version=before, to_version=version.version)
     return alias
 
@@ -406,6 +495,11 @@ def alias_remove(*, user, model: RegisteredModel, name: str) -> None:
             return
         before = alias.version.version
         alias.delete()
-        audit_record(actor=user, action="model.alias.remove", target=f"{model.name}@{name}", department=model.department,
-                     data={"from_version": before, "to_version": None})
+        audit_record(
+            actor=user,
+            action="model.alias.remove",
+            target=f"{model.name}@{name}",
+            department=model.department,
+            data={"from_version": before, "to_version": None},
+        )
         webhook_events.alias_moved(model=model, alias=name, from_version=before, to_version=None)

@@ -10,32 +10,31 @@ import re
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from accounts import selectors as account_selectors
+from core.api import visible_or_404
 from core.errors import Conflict, InvalidInput
 from models_registry import selectors, services
 from models_registry.models import ModelVersion, RegisteredModel
-from accounts import selectors as account_selectors
 
 SUGGESTED_ALIASES = ("champion", "challenger")
 COMPARE_DEFAULT = 5  # without a selection, the newest versions are compared
 
 
 def _visible_model(request, name: str) -> RegisteredModel:
-    model = selectors.model_get(user=request.user, name=name)
-    if model is None:
-        raise Http404(_("No model with that name in your departments."))
-    return model
+    return visible_or_404(
+        selectors.model_get(user=request.user, name=name), _("No model with that name in your departments.")
+    )
 
 
 def _visible_version(request, name: str, number: int) -> ModelVersion:
-    version = selectors.version_get(model=_visible_model(request, name), number=number)
-    if version is None:
-        raise Http404(_("The model has no version with that number."))
-    return version
+    return visible_or_404(
+        selectors.version_get(model=_visible_model(request, name), number=number),
+        _("The model has no version with that number."),
+    )
 
 
 def _problems(exc: InvalidInput) -> str:
@@ -82,11 +81,16 @@ def model_detail(request, name: str):
     rows = []
     for version in versions:
         lineage = version.lineage or {}
-        rows.append({
-            "version": version, "lineage": lineage, "job_id": version.source_job_id,
-            "commit_url": commit_url(lineage.get("code_url", ""), lineage.get("commit", "")),
-            "tags": sorted(version.tags.items()), "aliases": [alias.name for alias in version.aliases.all()],
-        })
+        rows.append(
+            {
+                "version": version,
+                "lineage": lineage,
+                "job_id": version.source_job_id,
+                "commit_url": commit_url(lineage.get("code_url", ""), lineage.get("commit", "")),
+                "tags": sorted(version.tags.items()),
+                "aliases": [alias.name for alias in version.aliases.all()],
+            }
+        )
     metric_names = selectors.metric_names(compared)
     context = {
         "model": model,
@@ -110,7 +114,9 @@ def version_alias(request, name: str, number: int):
             messages.success(request, _("Alias %(alias)s removed.") % {"alias": alias})
         else:
             services.alias_set(user=request.user, version=version, name=alias)
-            messages.success(request, _("%(alias)s now points to version %(number)s.") % {"alias": alias, "number": number})
+            messages.success(
+                request, _("%(alias)s now points to version %(number)s.") % {"alias": alias, "number": number}
+            )
     except InvalidInput as exc:
         messages.error(request, _problems(exc))
     except Conflict as exc:
@@ -130,7 +136,9 @@ def version_tags(request, name: str, number: int):
         messages.error(request, _problems(exc))
     else:
         if value is None:
-            messages.success(request, _("Tag %(key)s removed from version %(number)s.") % {"key": key, "number": number})
+            messages.success(
+                request, _("Tag %(key)s removed from version %(number)s.") % {"key": key, "number": number}
+            )
         else:
             messages.success(request, _("Tag %(key)s set on version %(number)s.") % {"key": key, "number": number})
     return redirect("model-detail", name=name)
@@ -146,7 +154,10 @@ def version_register(request, name: str):
         return redirect("model-detail", name=name)
     try:
         version = services.version_register(
-            user=request.user, model=model, source_job=int(job), artifact_path=request.POST.get("artifact_path", "").strip(),
+            user=request.user,
+            model=model,
+            source_job=int(job),
+            artifact_path=request.POST.get("artifact_path", "").strip(),
             framework=request.POST.get("framework", "sklearn") or "sklearn",
         )
     except InvalidInput as exc:

@@ -41,13 +41,22 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS, help="the portal, e.g. https://portal.example.com")
     common.add_argument("--token", default=argparse.SUPPRESS, help="API token (see `portalctl login`)")
-    common.add_argument("-o", "--output", choices=["table", "wide", "json"], default=argparse.SUPPRESS,
-                        help="table (default), wide (more columns) or json (the API's JSON, for scripts)")
+    common.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "wide", "json"],
+        default=argparse.SUPPRESS,
+        help="table (default), wide (more columns) or json (the API's JSON, for scripts)",
+    )
     common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="seconds per request (default 30)")
 
-    parser = argparse.ArgumentParser(prog="portalctl", parents=[common], epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     description="GPU Portal from the command line: jobs, queue, models, deployments.")
+    parser = argparse.ArgumentParser(
+        prog="portalctl",
+        parents=[common],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="GPU Portal from the command line: jobs, queue, models, deployments.",
+    )
     parser.add_argument("--version", action="version", version=f"portalctl {__version__}")
     commands = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
 
@@ -77,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--requirement", action="append", metavar="PIP_REQ", help="extra pip requirement (repeatable)")
     submit.add_argument("--mount", action="append", metavar="STORAGE:PATH[:ro]", help="storage mount (repeatable)")
     submit.add_argument("--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
-    submit.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, help="run TensorBoard (portal default: on)")
+    submit.add_argument(
+        "--tensorboard", action=argparse.BooleanOptionalAction, help="run TensorBoard (portal default: on)"
+    )
     submit.add_argument("--max-runtime", type=int, metavar="SECONDS")
     submit.add_argument("--idempotency-key", help="a retry with the same key returns the first job")
     submit.add_argument("--command", help="the command as one shell line (instead of the words after --)")
@@ -97,8 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     logs = command("logs", jobs.cmd_logs, "a job's log (one worker)")
     logs.add_argument("job_id", type=int, metavar="ID")
-    logs.add_argument("-f", "--follow", action="store_true",
-                      help="stream until the job ends; exit 0 if it succeeded, 6 if not")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="stream until the job ends; exit 0 if it succeeded, 6 if not"
+    )
     logs.add_argument("--worker", type=int, default=0, help="worker rank (default 0)")
     logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
 
@@ -132,15 +144,23 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--framework")
     register.add_argument("--metric", action="append", metavar="NAME=NUMBER")
     register.add_argument("--tag", action="append", metavar="KEY=VALUE")
-    register.add_argument("--no-wait", dest="wait", action="store_false",
-                          help="answer at once while the portal copies the artifact (default: wait until ready or failed)")
+    register.add_argument(
+        "--no-wait",
+        dest="wait",
+        action="store_false",
+        help="answer at once while the portal copies the artifact (default: wait until ready or failed)",
+    )
 
     deploy = command("deploy", models.cmd_deploy, "create a deployment of a model's versions")
     deploy.add_argument("name", metavar="NAME")
     deploy.add_argument("--model", required=True)
     deploy.add_argument("--version", type=int, help="one variant with all the traffic")
-    deploy.add_argument("--variant", action="append", metavar="NAME=VERSION:WEIGHT",
-                        help="a variant (repeatable); weights sum to 100; NAME=VERSION:shadow mirrors traffic")
+    deploy.add_argument(
+        "--variant",
+        action="append",
+        metavar="NAME=VERSION:WEIGHT",
+        help="a variant (repeatable); weights sum to 100; NAME=VERSION:shadow mirrors traffic",
+    )
     deploy.add_argument("--strategy", choices=["ab", "canary", "rolling", "shadow"], default="ab")
     deploy.add_argument("--sticky", action=argparse.BooleanOptionalAction, help="same routing key, same variant")
     deploy.add_argument("--department", help="default: the model's")
@@ -173,7 +193,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _limit(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--limit", type=int, metavar="N", help="at most N rows (the portal allows up to 200; default 50)")
+    parser.add_argument(
+        "--limit", type=int, metavar="N", help="at most N rows (the portal allows up to 200; default 50)"
+    )
 
 
 def number(text: str) -> int | float:
@@ -204,8 +226,11 @@ def cmd_whoami(ctx: Context, args) -> int:
         output.print_json(me)
         return OK
     print(me["username"] + (" (platform admin)" if me["is_platform_admin"] else "") + f" at {ctx.client.url}")
-    output.table(me["departments"], [("DEPARTMENT", lambda d: d["slug"]), ("NAME", lambda d: d["name"]),
-                                     ("ROLE", lambda d: d["role"])], empty="Member of no department.")
+    output.table(
+        me["departments"],
+        [("DEPARTMENT", lambda d: d["slug"]), ("NAME", lambda d: d["name"]), ("ROLE", lambda d: d["role"])],
+        empty="Member of no department.",
+    )
     return OK
 
 

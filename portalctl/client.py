@@ -85,8 +85,9 @@ class Client:
         try:
             yield
         except httpx.TimeoutException as exc:
-            raise ApiError(f"the portal at {self.url} did not answer in time ({type(exc).__name__})",
-                           exit_code=UNAVAILABLE) from exc
+            raise ApiError(
+                f"the portal at {self.url} did not answer in time ({type(exc).__name__})", exit_code=UNAVAILABLE
+            ) from exc
         except httpx.TransportError as exc:
             raise ApiError(f"cannot reach the portal at {self.url}: {exc}", exit_code=UNAVAILABLE) from exc
 
@@ -108,5 +109,9 @@ def _raise_for(response: httpx.Response) -> None:
     reason = response.reason_phrase or "error"
     detail = errors.get("detail") if isinstance(errors, dict) else None
     message = f"{response.status_code} {reason}" + (f": {detail}" if isinstance(detail, str) else "")
-    raise ApiError(message, exit_code=exit_code_for(response.status_code), status=response.status_code,
-                   errors=None if isinstance(detail, str) and len(errors) == 1 else errors)
+    raise ApiError(
+        message,
+        exit_code=exit_code_for(response.status_code),
+        status=response.status_code,
+        errors=None if isinstance(detail, str) and len(errors) == 1 else errors,
+    )

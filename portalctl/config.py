@@ -70,7 +70,9 @@ def resolve(*, url: str | None = None, token: str | None = None, need_token: boo
     url = url or os.environ.get("PORTAL_URL") or stored.get("url")
     token = token or os.environ.get("PORTAL_TOKEN") or stored.get("token")
     if not url:
-        raise ConfigError("no portal URL: give --url, set PORTAL_URL, or run `portalctl login --url URL --username NAME`")
+        raise ConfigError(
+            "no portal URL: give --url, set PORTAL_URL, or run `portalctl login --url URL --username NAME`"
+        )
     if need_token and not token:
         raise ConfigError("no API token: give --token, set PORTAL_TOKEN, or run `portalctl login`")
     return Settings(url=normalize_url(url), token=token or "")

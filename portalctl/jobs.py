@@ -24,11 +24,23 @@ def workers(job: dict) -> str:
 def cmd_submit(ctx: Context, args) -> int:
     if args.follow and ctx.output == "json":
         raise UsageError("--follow prints the job's log, not JSON: submit with -o json, then `portalctl logs -f ID`")
-    body = {"name": args.name, "department": args.department or ctx.default_department(),
-            "code_url": args.code_url, "command": command_text(args)}
-    optional = {"cluster": args.cluster, "code_ref": args.ref, "image": args.image, "workers": args.workers,
-                "gpus_per_worker": args.gpus, "gpu_type": args.gpu_type, "priority": args.priority,
-                "tensorboard": args.tensorboard, "max_runtime_seconds": args.max_runtime}
+    body = {
+        "name": args.name,
+        "department": args.department or ctx.default_department(),
+        "code_url": args.code_url,
+        "command": command_text(args),
+    }
+    optional = {
+        "cluster": args.cluster,
+        "code_ref": args.ref,
+        "image": args.image,
+        "workers": args.workers,
+        "gpus_per_worker": args.gpus,
+        "gpu_type": args.gpu_type,
+        "priority": args.priority,
+        "tensorboard": args.tensorboard,
+        "max_runtime_seconds": args.max_runtime,
+    }
     body |= {key: value for key, value in optional.items() if value is not None}
     if args.requirement:
         body["requirements"] = args.requirement
@@ -82,18 +94,33 @@ def describe_status(job: dict) -> str:
 
 
 def cmd_list(ctx: Context, args) -> int:
-    params = {"department": args.department, "status": args.status, "search": args.search, "page_size": args.limit,
-              "submitted_by": ctx.me()["username"] if args.mine else None}
+    params = {
+        "department": args.department,
+        "status": args.status,
+        "search": args.search,
+        "page_size": args.limit,
+        "submitted_by": ctx.me()["username"] if args.mine else None,
+    }
     page = ctx.client.get("/api/v1/jobs/", params)
     if ctx.output == "json":
         output.print_json(page)
         return OK
-    columns = [("ID", lambda j: j["id"]), ("NAME", lambda j: j["name"]), ("DEPARTMENT", lambda j: j["department"]),
-               ("STATUS", lambda j: j["status"]), ("GPUS", gpus), ("USER", lambda j: j["submitted_by"]),
-               ("AGE", lambda j: output.age(j["created_at"]))]
+    columns = [
+        ("ID", lambda j: j["id"]),
+        ("NAME", lambda j: j["name"]),
+        ("DEPARTMENT", lambda j: j["department"]),
+        ("STATUS", lambda j: j["status"]),
+        ("GPUS", gpus),
+        ("USER", lambda j: j["submitted_by"]),
+        ("AGE", lambda j: output.age(j["created_at"])),
+    ]
     if ctx.output == "wide":
-        columns += [("CLUSTER", lambda j: j["cluster"]), ("GPU TYPE", lambda j: j["gpu_type"]),
-                    ("PRIORITY", lambda j: j["priority"]), ("REASON", lambda j: j["pending_reason"] or None)]
+        columns += [
+            ("CLUSTER", lambda j: j["cluster"]),
+            ("GPU TYPE", lambda j: j["gpu_type"]),
+            ("PRIORITY", lambda j: j["priority"]),
+            ("REASON", lambda j: j["pending_reason"] or None),
+        ]
     output.table(page["results"], columns, empty="No jobs.")
     if page.get("next"):
         print(f"(showing {len(page['results'])} of {page['count']}; use --limit to see more)", file=sys.stderr)
@@ -111,25 +138,45 @@ def cmd_get(ctx: Context, args) -> int:
     queue = None
     if job.get("queue_position") is not None:
         queue = f"position {job['queue_position']}" + (
-            f", estimated start {output.when(job['estimated_start'])}" if job.get("estimated_start") else "")
-    output.fields([
-        ("Job", f"{job['id']} {job['name']}"), ("Status", job["status"]), ("Reason", job.get("pending_reason") or None),
-        ("Message", job.get("status_message") or None), ("Queue", queue),
-        ("Department", job["department"]), ("Submitted by", job["submitted_by"]),
-        ("Cluster", f"{job['cluster']} / {job['gpu_type']}"), ("Workers", workers(job)),
-        ("Priority", job["priority"]), ("Image", job["image"]),
-        ("Code", job["code_url"] + (f" @ {job['code_ref']}" if job.get("code_ref") else "")),
-        ("Commit", job.get("commit") or None), ("Command", job["command"]),
-        ("Created", output.when(job["created_at"])), ("Started", output.when(job.get("started_at"))),
-        ("Finished", output.when(job.get("finished_at"))), ("Exit code", job.get("exit_code")),
-        ("GPU seconds", round(job["gpu_seconds"]) if job.get("gpu_seconds") else None),
-        ("TensorBoard", ctx.client.url + job["tensorboard_url"] if job.get("tensorboard_url") else None),
-    ])
+            f", estimated start {output.when(job['estimated_start'])}" if job.get("estimated_start") else ""
+        )
+    output.fields(
+        [
+            ("Job", f"{job['id']} {job['name']}"),
+            ("Status", job["status"]),
+            ("Reason", job.get("pending_reason") or None),
+            ("Message", job.get("status_message") or None),
+            ("Queue", queue),
+            ("Department", job["department"]),
+            ("Submitted by", job["submitted_by"]),
+            ("Cluster", f"{job['cluster']} / {job['gpu_type']}"),
+            ("Workers", workers(job)),
+            ("Priority", job["priority"]),
+            ("Image", job["image"]),
+            ("Code", job["code_url"] + (f" @ {job['code_ref']}" if job.get("code_ref") else "")),
+            ("Commit", job.get("commit") or None),
+            ("Command", job["command"]),
+            ("Created", output.when(job["created_at"])),
+            ("Started", output.when(job.get("started_at"))),
+            ("Finished", output.when(job.get("finished_at"))),
+            ("Exit code", job.get("exit_code")),
+            ("GPU seconds", round(job["gpu_seconds"]) if job.get("gpu_seconds") else None),
+            ("TensorBoard", ctx.client.url + job["tensorboard_url"] if job.get("tensorboard_url") else None),
+        ]
+    )
     if events is not None:
         print()
-        output.table(events, [("TIME", lambda e: output.when(e["time"])), ("FROM", lambda e: e["from_status"] or None),
-                              ("TO", lambda e: e["to_status"]), ("REASON", lambda e: e["reason"] or None),
-                              ("MESSAGE", lambda e: e["message"] or None)], empty="No events.")
+        output.table(
+            events,
+            [
+                ("TIME", lambda e: output.when(e["time"])),
+                ("FROM", lambda e: e["from_status"] or None),
+                ("TO", lambda e: e["to_status"]),
+                ("REASON", lambda e: e["reason"] or None),
+                ("MESSAGE", lambda e: e["message"] or None),
+            ],
+            empty="No events.",
+        )
     return OK
 
 
@@ -171,14 +218,23 @@ def cmd_cancel(ctx: Context, args) -> int:
 
 
 def cmd_queue(ctx: Context, args) -> int:
-    page = ctx.client.get("/api/v1/queue/", {"cluster": args.cluster, "gpu_type": args.gpu_type, "page_size": args.limit})
+    page = ctx.client.get(
+        "/api/v1/queue/", {"cluster": args.cluster, "gpu_type": args.gpu_type, "page_size": args.limit}
+    )
     if ctx.output == "json":
         output.print_json(page)
         return OK
-    columns = [("POS", lambda j: j["queue_position"]), ("ID", lambda j: j["id"]), ("NAME", lambda j: j["name"]),
-               ("DEPARTMENT", lambda j: j["department"]), ("GPUS", gpus), ("TYPE", lambda j: j["gpu_type"]),
-               ("PRIORITY", lambda j: j["priority"]), ("REASON", lambda j: j["pending_reason"] or None),
-               ("ESTIMATED START", lambda j: output.when(j.get("estimated_start")))]
+    columns = [
+        ("POS", lambda j: j["queue_position"]),
+        ("ID", lambda j: j["id"]),
+        ("NAME", lambda j: j["name"]),
+        ("DEPARTMENT", lambda j: j["department"]),
+        ("GPUS", gpus),
+        ("TYPE", lambda j: j["gpu_type"]),
+        ("PRIORITY", lambda j: j["priority"]),
+        ("REASON", lambda j: j["pending_reason"] or None),
+        ("ESTIMATED START", lambda j: output.when(j.get("estimated_start"))),
+    ]
     if ctx.output == "wide":
         columns.append(("MESSAGE", lambda j: j["status_message"] or None))
     output.table(page["results"], columns, empty="No job is waiting.")

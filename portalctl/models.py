@@ -18,9 +18,14 @@ def cmd_models_list(ctx: Context, args) -> int:
     if ctx.output == "json":
         output.print_json(page)
         return OK
-    columns = [("NAME", lambda m: m["name"]), ("DEPARTMENT", lambda m: m["department"]),
-               ("VERSIONS", lambda m: m["version_count"]), ("LATEST", lambda m: m["latest_version"]),
-               ("ALIASES", lambda m: _pairs(m["aliases"]) or None), ("AGE", lambda m: output.age(m["created_at"]))]
+    columns = [
+        ("NAME", lambda m: m["name"]),
+        ("DEPARTMENT", lambda m: m["department"]),
+        ("VERSIONS", lambda m: m["version_count"]),
+        ("LATEST", lambda m: m["latest_version"]),
+        ("ALIASES", lambda m: _pairs(m["aliases"]) or None),
+        ("AGE", lambda m: output.age(m["created_at"])),
+    ]
     if ctx.output == "wide":
         columns += [("CREATED BY", lambda m: m["created_by"]), ("DESCRIPTION", lambda m: m["description"] or None)]
     output.table(page["results"], columns, empty="No models.")
@@ -32,18 +37,30 @@ def cmd_models_versions(ctx: Context, args) -> int:
     if ctx.output == "json":
         output.print_json(page)
         return OK
-    columns = [("VERSION", lambda v: v["version"]), ("STATUS", lambda v: v.get("status")), ("FRAMEWORK", lambda v: v["framework"]),
-               ("JOB", lambda v: v["source_job"]), ("ALIASES", lambda v: ",".join(v["aliases"]) or None),
-               ("METRICS", lambda v: _pairs(v["metrics"]) or None), ("AGE", lambda v: output.age(v["created_at"]))]
+    columns = [
+        ("VERSION", lambda v: v["version"]),
+        ("STATUS", lambda v: v.get("status")),
+        ("FRAMEWORK", lambda v: v["framework"]),
+        ("JOB", lambda v: v["source_job"]),
+        ("ALIASES", lambda v: ",".join(v["aliases"]) or None),
+        ("METRICS", lambda v: _pairs(v["metrics"]) or None),
+        ("AGE", lambda v: output.age(v["created_at"])),
+    ]
     if ctx.output == "wide":
-        columns += [("COMMIT", lambda v: (v["lineage"].get("commit") or "")[:12] or None),
-                    ("ARTIFACT", lambda v: v["artifact_uri"])]
+        columns += [
+            ("COMMIT", lambda v: (v["lineage"].get("commit") or "")[:12] or None),
+            ("ARTIFACT", lambda v: v["artifact_uri"]),
+        ]
     output.table(page["results"], columns, empty=f"Model {args.model} has no versions.")
     return OK
 
 
 def cmd_models_create(ctx: Context, args) -> int:
-    body = {"name": args.model, "department": args.department or ctx.default_department(), "description": args.description}
+    body = {
+        "name": args.model,
+        "department": args.department or ctx.default_department(),
+        "description": args.description,
+    }
     model = ctx.client.post("/api/v1/models/", body)
     if ctx.output == "json":
         output.print_json(model)
@@ -55,8 +72,11 @@ def cmd_models_create(ctx: Context, args) -> int:
 def cmd_models_register(ctx: Context, args) -> int:
     if (args.job is None) == (args.artifact_uri is None):
         raise UsageError("give either --job ID (with --artifact-path) or --artifact-uri URI")
-    body: dict = {"source_job": args.job, "artifact_path": args.artifact_path} if args.job is not None \
+    body: dict = (
+        {"source_job": args.job, "artifact_path": args.artifact_path}
+        if args.job is not None
         else {"artifact_uri": args.artifact_uri}
+    )
     if args.framework:
         body["framework"] = args.framework
     if args.metric:
@@ -69,8 +89,11 @@ def cmd_models_register(ctx: Context, args) -> int:
     if ctx.output == "json":
         output.print_json(version)
     elif version.get("status") == "failed":
-        print(f"portalctl: model {version['model']} version {version['version']} failed to register: "
-              f"{version.get('status_message', '')}", file=sys.stderr)
+        print(
+            f"portalctl: model {version['model']} version {version['version']} failed to register: "
+            f"{version.get('status_message', '')}",
+            file=sys.stderr,
+        )
     elif version.get("status") == "registering":
         print(f"model {version['model']} version {version['version']} registering ({version['artifact_uri']})")
     else:
@@ -97,8 +120,13 @@ def cmd_deploy(ctx: Context, args) -> int:
     else:
         raise UsageError("give --version N (one variant with all traffic) or --variant NAME=VERSION:WEIGHT ...")
     department = args.department or ctx.client.get(f"/api/v1/models/{args.model}/")["department"]
-    body = {"name": args.name, "department": department, "model": args.model, "strategy": args.strategy,
-            "variants": variants}
+    body = {
+        "name": args.name,
+        "department": department,
+        "model": args.model,
+        "strategy": args.strategy,
+        "variants": variants,
+    }
     if args.sticky is not None:
         body["sticky"] = args.sticky
     if args.cluster:
@@ -131,8 +159,14 @@ def cmd_deployments(ctx: Context, args) -> int:
     if ctx.output == "json":
         output.print_json(page)
         return OK
-    columns = [("NAME", lambda d: d["name"]), ("MODEL", lambda d: d["model"]), ("STRATEGY", lambda d: d["strategy"]),
-               ("STATUS", lambda d: d["status"]), ("REVISION", lambda d: d["revision"]), ("VARIANTS", _variants)]
+    columns = [
+        ("NAME", lambda d: d["name"]),
+        ("MODEL", lambda d: d["model"]),
+        ("STRATEGY", lambda d: d["strategy"]),
+        ("STATUS", lambda d: d["status"]),
+        ("REVISION", lambda d: d["revision"]),
+        ("VARIANTS", _variants),
+    ]
     if ctx.output == "wide":
         columns += [("DEPARTMENT", lambda d: d["department"]), ("SERVE URL", lambda d: d["serve_url"])]
     output.table(page["results"], columns, empty="No deployments.")
@@ -144,14 +178,23 @@ def show_deployment(ctx: Context, deployment: dict, what: str) -> int:
         output.print_json(deployment)
         return OK
     print(f"deployment {deployment['name']} {what}: revision {deployment['revision']}, {deployment['status']}")
-    output.table(deployment["variants"], [
-        ("VARIANT", lambda v: v["name"]), ("VERSION", lambda v: v["version"]), ("WEIGHT", lambda v: v["weight"]),
-        ("SHADOW", lambda v: v["shadow"]), ("SERVER", lambda v: v["server"]["status"])])
+    output.table(
+        deployment["variants"],
+        [
+            ("VARIANT", lambda v: v["name"]),
+            ("VERSION", lambda v: v["version"]),
+            ("WEIGHT", lambda v: v["weight"]),
+            ("SHADOW", lambda v: v["shadow"]),
+            ("SERVER", lambda v: v["server"]["status"]),
+        ],
+    )
     return OK
 
 
 def _variants(deployment: dict) -> str:
-    return " ".join(f"{v['name']}=v{v['version']}:{'shadow' if v['shadow'] else v['weight']}" for v in deployment["variants"])
+    return " ".join(
+        f"{v['name']}=v{v['version']}:{'shadow' if v['shadow'] else v['weight']}" for v in deployment["variants"]
+    )
 
 
 def _pairs(mapping: dict) -> str:

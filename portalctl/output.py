@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 Column = tuple[str, Callable[[dict], object]]
 
@@ -55,7 +55,7 @@ def age(iso: str | None, *, now: datetime | None = None) -> str:
     moment = _parse(iso) if iso else None
     if moment is None:
         return "-"
-    seconds = max(0, int(((now or datetime.now(timezone.utc)) - moment).total_seconds()))
+    seconds = max(0, int(((now or datetime.now(UTC)) - moment).total_seconds()))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
@@ -67,7 +67,7 @@ def _parse(iso: str) -> datetime | None:
         moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def error_lines(errors, prefix: str = "") -> list[str]:

@@ -2,12 +2,12 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
-from core.errors import InvalidInput
-from quotas.isolation import cluster_check, cluster_save, quota_isolation_refusal
 from accounts.models import AuditEvent, Department, Membership
 from clusters.models import Cluster, GpuPool, Storage
-from quotas.models import PriorityClass, Quota
 from clusters.storage import local_path_refusals
+from core.errors import InvalidInput
+from quotas.isolation import cluster_check, cluster_save, quota_isolation_refusal
+from quotas.models import PriorityClass, Quota
 
 
 class MembershipInline(admin.TabularInline):
@@ -59,8 +59,9 @@ class ClusterForm(forms.ModelForm):
     def clean(self):
         cleaned = super().clean()
         if {"name", "backend", "settings"} <= set(cleaned):
-            probe = Cluster(pk=self.instance.pk, name=cleaned["name"], backend=cleaned["backend"],
-                            settings=cleaned["settings"])
+            probe = Cluster(
+                pk=self.instance.pk, name=cleaned["name"], backend=cleaned["backend"], settings=cleaned["settings"]
+            )
             try:
                 cluster_check(cluster=probe)
             except InvalidInput as exc:

@@ -1,6 +1,5 @@
 """REST endpoints for identity and tenancy (API.md "Identity and tenancy"). Thin: look up, check, call."""
 
-
 from rest_framework import generics, serializers
 
 from quotas import selectors
@@ -17,5 +16,3 @@ class PriorityClassListApi(generics.ListAPIView):
 
     def get_queryset(self):
         return selectors.priority_classes()
-
-

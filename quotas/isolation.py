@@ -22,8 +22,9 @@ def cluster_check(*, cluster: Cluster) -> None:
     departments = []
     if cluster.pk is not None:
         departments = list(Quota.objects.filter(pool__cluster=cluster).values_list("department__slug", flat=True))
-    errors = cluster_settings_errors(name=cluster.name, backend=cluster.backend, settings=cluster.settings,
-                                     departments=departments)
+    errors = cluster_settings_errors(
+        name=cluster.name, backend=cluster.backend, settings=cluster.settings, departments=departments
+    )
     if errors:
         raise InvalidInput({"settings": errors})
 
@@ -40,7 +41,9 @@ def cluster_save(*, actor, cluster: Cluster) -> Cluster:
         cluster.save()
         if actor is not None:  # a person's change (the demo's seed data is nobody's action)
             AuditEvent.objects.create(
-                actor=actor, action="cluster.update" if before else "cluster.create", target=cluster.name,
+                actor=actor,
+                action="cluster.update" if before else "cluster.create",
+                target=cluster.name,
                 data={"before": before, "after": {"backend": cluster.backend, "settings": cluster.settings}},
             )
     return cluster
@@ -51,12 +54,16 @@ def quota_isolation_refusal(*, pool: GpuPool, department: Department) -> str | N
     cluster = pool.cluster
     if isolation(cluster) != ISOLATION_NONE:
         return None
-    others = sorted(set(
-        Quota.objects.filter(pool__cluster=cluster).exclude(department_id=department.pk)
-        .values_list("department__slug", flat=True)
-    ))
+    others = sorted(
+        set(
+            Quota.objects.filter(pool__cluster=cluster)
+            .exclude(department_id=department.pk)
+            .values_list("department__slug", flat=True)
+        )
+    )
     if not others:
         return None
-    return _('Cluster %(cluster)s runs jobs unisolated (isolation "none") for %(others)s only; a second department '
-             'needs its jobs sandboxed: set the cluster\'s isolation to "sandbox" first.') % {
-        "cluster": cluster.name, "others": ", ".join(others)}
+    return _(
+        'Cluster %(cluster)s runs jobs unisolated (isolation "none") for %(others)s only; a second department '
+        'needs its jobs sandboxed: set the cluster\'s isolation to "sandbox" first.'
+    ) % {"cluster": cluster.name, "others": ", ".join(others)}

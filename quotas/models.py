@@ -39,5 +39,3 @@ class PriorityClass(models.Model):
 
     def __str__(self):
         return self.name
-
-

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from django.db.models import QuerySet
 
 from quotas.models import PriorityClass, Quota
@@ -23,8 +22,8 @@ def priority_classes() -> QuerySet[PriorityClass]:
 
 def quotas_of(*, departments) -> QuerySet[Quota]:
     """Quotas of these departments, in the order submission picks defaults (oldest cluster, then GPU type)."""
-    return Quota.objects.filter(department__in=departments).select_related("department", "pool__cluster").order_by(
-        "department__slug", "pool__cluster_id", "pool__gpu_type"
+    return (
+        Quota.objects.filter(department__in=departments)
+        .select_related("department", "pool__cluster")
+        .order_by("department__slug", "pool__cluster_id", "pool__gpu_type")
     )
-
-

@@ -3,19 +3,18 @@ and admission (the scheduling cycle). Storage volumes: clusters.storage."""
 
 from __future__ import annotations
 
-
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 from django.db.models import Sum
 from django.utils.translation import gettext as _
 
-from core.errors import InvalidInput
-from quotas.isolation import quota_isolation_refusal
 from accounts.models import Department
+from accounts.services import audit_record, require_platform_admin
 from clusters.models import GpuPool
+from core.errors import InvalidInput
 from quotas import signals
+from quotas.isolation import quota_isolation_refusal
 from quotas.models import PriorityClass, Quota
-from accounts.services import require_platform_admin, audit_record
 
 
 def quotas_check(*, department: Department, quotas: list[dict], lock: bool) -> dict[tuple[str, str], GpuPool]:
@@ -39,7 +38,9 @@ def quotas_check(*, department: Department, quotas: list[dict], lock: bool) -> d
                 ]
             continue
         if key in seen:
-            item_errors[index]["gpu_type"] = [f"{item['cluster']}/{item['gpu_type']} is listed twice; give one quota per pool."]
+            item_errors[index]["gpu_type"] = [
+                f"{item['cluster']}/{item['gpu_type']} is listed twice; give one quota per pool."
+            ]
             continue
         seen.add(key)
         refusal = quota_isolation_refusal(pool=pools[key], department=department)
@@ -55,8 +56,11 @@ def quotas_check(*, department: Department, quotas: list[dict], lock: bool) -> d
     rows = GpuPool.objects.select_for_update() if lock else GpuPool.objects
     totals = {pool.pk: pool.total for pool in rows.filter(pk__in=wanted)}
     others = dict(
-        Quota.objects.filter(pool_id__in=wanted).exclude(department=department).values("pool_id")
-        .annotate(total=Sum("nominal")).values_list("pool_id", "total")
+        Quota.objects.filter(pool_id__in=wanted)
+        .exclude(department=department)
+        .values("pool_id")
+        .annotate(total=Sum("nominal"))
+        .values_list("pool_id", "total")
     )
     for index, item in enumerate(quotas):
         pool = pools.get((item["cluster"], item["gpu_type"]))
@@ -89,7 +93,10 @@ def quota_set(*, actor, department: Department, quotas: list[dict]) -> list[Quot
             for item in quotas
         )
         audit_record(
-            actor=actor, action="quota.set", target=department.slug, department=department,
+            actor=actor,
+            action="quota.set",
+            target=department.slug,
+            department=department,
             data={"before": before, "after": _quota_dicts(department)},
         )
     signals.capacity_changed.send(sender=Quota)  # a larger quota may admit waiting jobs at once
@@ -99,8 +106,11 @@ def quota_set(*, actor, department: Department, quotas: list[dict]) -> list[Quot
 def _quota_dicts(department: Department) -> list[dict]:
     return [
         {
-            "cluster": q.pool.cluster.name, "gpu_type": q.pool.gpu_type, "nominal": q.nominal,
-            "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit,
+            "cluster": q.pool.cluster.name,
+            "gpu_type": q.pool.gpu_type,
+            "nominal": q.nominal,
+            "borrowing_limit": q.borrowing_limit,
+            "lending_limit": q.lending_limit,
         }
         for q in Quota.objects.filter(department=department).select_related("pool__cluster")
     ]
@@ -114,24 +124,35 @@ def priority_class_create(*, actor, name: str, value: int, preemptible: bool, de
     require_platform_admin(actor)
     if PriorityClass.objects.filter(name=name).exists():
         raise InvalidInput({"name": [_("There is already a priority class called %(name)r.") % {"name": name}]})
-    return _priority_class_save(actor=actor, priority=PriorityClass(name=name), value=value, preemptible=preemptible,
-                                description=description)
+    return _priority_class_save(
+        actor=actor, priority=PriorityClass(name=name), value=value, preemptible=preemptible, description=description
+    )
 
 
-def priority_class_update(*, actor, priority: PriorityClass, value: int, preemptible: bool, description: str = "") -> PriorityClass:
+def priority_class_update(
+    *, actor, priority: PriorityClass, value: int, preemptible: bool, description: str = ""
+) -> PriorityClass:
     """Change a priority class (platform admins); its name stays, jobs and clients refer to it. Queues re-order at once."""
-    return _priority_class_save(actor=actor, priority=priority, value=value, preemptible=preemptible, description=description)
+    return _priority_class_save(
+        actor=actor, priority=priority, value=value, preemptible=preemptible, description=description
+    )
 
 
-def _priority_class_save(*, actor, priority: PriorityClass, value: int, preemptible: bool, description: str) -> PriorityClass:
+def _priority_class_save(
+    *, actor, priority: PriorityClass, value: int, preemptible: bool, description: str
+) -> PriorityClass:
     require_platform_admin(actor)
     before = _priority_dict(priority) if priority.pk else None
     priority.value, priority.preemptible, priority.description = value, preemptible, description
     with transaction.atomic():
         _full_clean(priority)
         priority.save()
-        audit_record(actor=actor, action="priority_class.update" if before else "priority_class.create", target=priority.name,
-                     data={"before": before, "after": _priority_dict(priority)})
+        audit_record(
+            actor=actor,
+            action="priority_class.update" if before else "priority_class.create",
+            target=priority.name,
+            data={"before": before, "after": _priority_dict(priority)},
+        )
     signals.capacity_changed.send(sender=PriorityClass)
     return priority
 
@@ -145,14 +166,15 @@ def _full_clean(instance) -> None:
         instance.full_clean()
     except ValidationError as exc:
         raise InvalidInput(
-            {("non_field_errors" if field == NON_FIELD_ERRORS else field): messages for field, messages in exc.message_dict.items()}
+            {
+                ("non_field_errors" if field == NON_FIELD_ERRORS else field): messages
+                for field, messages in exc.message_dict.items()
+            }
         ) from exc
 
 
 # --- Admission -----------------------------------------------------------------
 
 
-    # SQLite: settings open every transaction with BEGIN IMMEDIATE, which
-    # already lets a single writer in at a time.
-
-
+# SQLite: settings open every transaction with BEGIN IMMEDIATE, which
+# already lets a single writer in at a time.

@@ -30,8 +30,9 @@ class Deployment(models.Model):
     rollout = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=20, default="active")  # active | rolling_out | rolled_back | ...
     revision = models.PositiveIntegerField(default=1)  # bumped on every change: routers reload on a new one
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -106,5 +107,3 @@ class VariantStats(models.Model):
 
     class Meta:
         db_table = "models_registry_variantstats"
-
-

@@ -13,8 +13,8 @@ import hashlib
 import math
 import re
 from bisect import bisect_left
-from dataclasses import asdict, dataclass, field, replace
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
 
 MAX_VARIANTS = 10
@@ -23,6 +23,7 @@ _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,40}$")  # Variant.name is a SlugField(max_
 
 
 # --- Variant choice ---------------------------------------------------------------------------------------
+
 
 class VariantWeight(NamedTuple):
     name: str
@@ -112,6 +113,7 @@ def choose(variants: Iterable[Any], *, routing_key: str | None = None, sticky: b
 
 # --- Latency histograms -----------------------------------------------------------------------------------
 
+
 def _log_bounds(low: float, high: float, buckets: int) -> tuple[float, ...]:
     return tuple(float(f"{low * (high / low) ** (i / buckets):.3g}") for i in range(buckets + 1))
 
@@ -176,6 +178,7 @@ def latency_summary(counts: Iterable[int] | None) -> dict[str, float | None]:
 
 # --- Rollouts: canary and rolling -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Stats:
     requests: int = 0
@@ -189,8 +192,11 @@ class Stats:
         return cls(int(stats.requests), int(stats.errors), _full(stats.latency_counts))
 
     def since(self, earlier: Stats) -> Stats:
-        return Stats(max(self.requests - earlier.requests, 0), max(self.errors - earlier.errors, 0),
-                     subtract(self.latency_counts, earlier.latency_counts))
+        return Stats(
+            max(self.requests - earlier.requests, 0),
+            max(self.errors - earlier.errors, 0),
+            subtract(self.latency_counts, earlier.latency_counts),
+        )
 
     @property
     def error_rate(self) -> float:
@@ -205,12 +211,16 @@ class Guardrails:
     def breach(self, baseline: Stats, new: Stats, *, label: str) -> str | None:
         """Why ``new`` is worse than allowed, naming the numbers; None when it is within the guardrails."""
         if new.error_rate > baseline.error_rate + self.max_error_rate_increase:
-            return (f"{label} error rate {new.error_rate:.1%} vs baseline {baseline.error_rate:.1%} "
-                    f"(allowed +{self.max_error_rate_increase * 100:.1f} points)")
+            return (
+                f"{label} error rate {new.error_rate:.1%} vs baseline {baseline.error_rate:.1%} "
+                f"(allowed +{self.max_error_rate_increase * 100:.1f} points)"
+            )
         new_p95, baseline_p95 = percentile(new.latency_counts, 95), percentile(baseline.latency_counts, 95)
         if new_p95 is not None and baseline_p95 and new_p95 > baseline_p95 * self.max_p95_latency_ratio:
-            return (f"{label} p95 latency {new_p95:.1f} ms vs baseline {baseline_p95:.1f} ms "
-                    f"(allowed x{self.max_p95_latency_ratio:g})")
+            return (
+                f"{label} p95 latency {new_p95:.1f} ms vs baseline {baseline_p95:.1f} ms "
+                f"(allowed x{self.max_p95_latency_ratio:g})"
+            )
         return None
 
 
@@ -302,8 +312,13 @@ class RolloutAction:
 
 
 def _start(steps: Sequence[int], step: int, baseline_stats: Any, new_stats: Any, now: float) -> RolloutState:
-    return RolloutState(step=step, weight=steps[step] if step >= 0 else 0, step_started_at=now,
-                        baseline_mark=Stats.of(baseline_stats), new_mark=Stats.of(new_stats))
+    return RolloutState(
+        step=step,
+        weight=steps[step] if step >= 0 else 0,
+        step_started_at=now,
+        baseline_mark=Stats.of(baseline_stats),
+        new_mark=Stats.of(new_stats),
+    )
 
 
 def canary_start(plan: CanaryPlan, *, baseline_stats: Any, canary_stats: Any, now: float) -> RolloutState:
@@ -317,24 +332,37 @@ def rolling_start(plan: RollingPlan, *, old_stats: Any, new_stats: Any, now: flo
 
 
 def _step_next(
-    plan: CanaryPlan | RollingPlan, steps: Sequence[int], state: RolloutState, baseline_stats: Any, new_stats: Any,
-    now: float, label: str,
+    plan: CanaryPlan | RollingPlan,
+    steps: Sequence[int],
+    state: RolloutState,
+    baseline_stats: Any,
+    new_stats: Any,
+    now: float,
+    label: str,
 ) -> RolloutAction:
     if state.status != RUNNING:
         return RolloutAction(HOLD, state.weight, state, f"the rollout is {state.status.replace('_', ' ')}")
     baseline = Stats.of(baseline_stats).since(state.baseline_mark)
     new = Stats.of(new_stats).since(state.new_mark)
     if new.requests < plan.min_requests:
-        return RolloutAction(HOLD, state.weight, state,
-                             f"{label} has {new.requests} of {plan.min_requests} requests needed at {state.weight}%")
+        return RolloutAction(
+            HOLD,
+            state.weight,
+            state,
+            f"{label} has {new.requests} of {plan.min_requests} requests needed at {state.weight}%",
+        )
     breach = plan.guardrails.breach(baseline, new, label=label)
     if breach:
         done = replace(state, status=ROLLED_BACK, weight=0, reason=breach, step_started_at=now)
         return RolloutAction(ROLLBACK, 0, done, breach)
     waited = now - state.step_started_at
     if waited < plan.step_seconds:
-        return RolloutAction(HOLD, state.weight, state,
-                             f"{label} healthy at {state.weight}%; next step in {plan.step_seconds - waited:.0f} s")
+        return RolloutAction(
+            HOLD,
+            state.weight,
+            state,
+            f"{label} healthy at {state.weight}%; next step in {plan.step_seconds - waited:.0f} s",
+        )
     return _advance(steps, state, baseline_stats, new_stats, now, label)
 
 
@@ -359,8 +387,16 @@ def canary_next(
     return _step_next(plan, plan.steps, state, baseline_stats, canary_stats, now, "canary")
 
 
-def rolling_next(plan: RollingPlan, state: RolloutState, old_stats: Any, new_stats: Any, *, ready_servers: int,
-                 replicas: int, now: float) -> RolloutAction:
+def rolling_next(
+    plan: RollingPlan,
+    state: RolloutState,
+    old_stats: Any,
+    new_stats: Any,
+    *,
+    ready_servers: int,
+    replicas: int,
+    now: float,
+) -> RolloutAction:
     """Move traffic from the old variant to the new one a step at a time, each step gated on the new variant's
     servers being ready (all ``replicas``) and its error rate and latency staying within the guardrails."""
     if state.status == RUNNING and ready_servers < replicas:
@@ -379,6 +415,7 @@ def rolling_next(plan: RollingPlan, state: RolloutState, old_stats: Any, new_sta
 
 
 # --- A/B statistics ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Outcomes:
@@ -436,8 +473,17 @@ def compare(a: Outcomes, b: Outcomes, *, alpha: float = 0.05, tau: float = 0.05)
     winner = None
     if significant and difference:
         winner = (b.name or "b") if difference > 0 else (a.name or "a")
-    return Comparison(p_value=p_value, sequential_p_value=sequential, significant=significant, winner=winner,
-                      rate_a=rate_a, rate_b=rate_b, difference=difference, ci_low=ci_low, ci_high=ci_high)
+    return Comparison(
+        p_value=p_value,
+        sequential_p_value=sequential,
+        significant=significant,
+        winner=winner,
+        rate_a=rate_a,
+        rate_b=rate_b,
+        difference=difference,
+        ci_low=ci_low,
+        ci_high=ci_high,
+    )
 
 
 def _mixture_likelihood_ratio(difference: float, variance: float, tau: float) -> float:
@@ -455,6 +501,7 @@ def _always_valid_half_width(variance: float, tau: float, alpha: float) -> float
 
 
 # --- Shadow agreement -------------------------------------------------------------------------------------
+
 
 def agree(primary_prediction: Any, shadow_prediction: Any, *, tolerance: float = 1e-6) -> bool:
     """Whether a shadow's answer matches the primary's: numbers within ``tolerance`` (absolute or relative),

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api import visible_or_404
 from jobs import selectors as job_selectors
 from jobs.models import Job
 from tensorboards import services as boards
 
 
 def _visible_job(request, job_id) -> Job:
-    job = job_selectors.job_get(user=request.user, job_id=job_id)
-    if job is None:
-        raise Http404("No job with that id in your departments.")
-    return job
+    return visible_or_404(
+        job_selectors.job_get(user=request.user, job_id=job_id), "No job with that id in your departments."
+    )
 
 
 class TensorBoardOutputSerializer(serializers.Serializer):
@@ -32,10 +31,24 @@ class TensorBoardOutputSerializer(serializers.Serializer):
 
 def _board_data(board, job=None) -> dict:
     if board is None:
-        return {"id": None, "url": f"/tensorboard/{job.pk}/", "status": "stopped", "message": "", "jobs": [job.pk],
-                "started_at": None, "last_access_at": None}
-    return {"id": board.pk, "url": boards.board_url(board), "status": board.status, "message": board.message,
-            "jobs": boards.board_job_ids(board), "started_at": board.started_at, "last_access_at": board.last_access_at}
+        return {
+            "id": None,
+            "url": f"/tensorboard/{job.pk}/",
+            "status": "stopped",
+            "message": "",
+            "jobs": [job.pk],
+            "started_at": None,
+            "last_access_at": None,
+        }
+    return {
+        "id": board.pk,
+        "url": boards.board_url(board),
+        "status": board.status,
+        "message": board.message,
+        "jobs": boards.board_job_ids(board),
+        "started_at": board.started_at,
+        "last_access_at": board.last_access_at,
+    }
 
 
 class JobTensorBoardApi(APIView):
@@ -64,7 +77,9 @@ class TensorBoardListApi(APIView):
 
     @extend_schema(responses=TensorBoardOutputSerializer(many=True))
     def get(self, request):
-        return Response(TensorBoardOutputSerializer([_board_data(b) for b in boards.boards_for(user=request.user)], many=True).data)
+        return Response(
+            TensorBoardOutputSerializer([_board_data(b) for b in boards.boards_for(user=request.user)], many=True).data
+        )
 
     @extend_schema(request=TensorBoardCompareInputSerializer, responses=TensorBoardOutputSerializer)
     def post(self, request):
@@ -77,7 +92,7 @@ class TensorBoardListApi(APIView):
 class TensorBoardDetailApi(APIView):
     @extend_schema(responses=TensorBoardOutputSerializer)
     def get(self, request, board_id):
-        board = boards.board_get(user=request.user, board_id=board_id)
-        if board is None:
-            raise Http404("No TensorBoard with that id in your departments.")
+        board = visible_or_404(
+            boards.board_get(user=request.user, board_id=board_id), "No TensorBoard with that id in your departments."
+        )
         return Response(TensorBoardOutputSerializer(_board_data(boards.board_observe(board=board))).data)

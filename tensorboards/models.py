@@ -4,6 +4,7 @@ The table keeps its name from jobs/ (``Meta.db_table``)."""
 
 from django.conf import settings
 from django.db import models
+
 from accounts.models import Department
 from jobs.models import Job
 

@@ -29,10 +29,28 @@ from tensorboards.models import TensorBoard
 
 RETRY_SECONDS = 2
 # What TensorBoard's UI sends that matters to it; never the portal's cookies or Authorization.
-REQUEST_HEADERS = ("accept", "accept-encoding", "accept-language", "content-type", "if-none-match",
-                   "if-modified-since", "cache-control", "pragma")
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
-              "transfer-encoding", "upgrade", "proxy-connection"}
+REQUEST_HEADERS = (
+    "accept",
+    "accept-encoding",
+    "accept-language",
+    "content-type",
+    "if-none-match",
+    "if-modified-since",
+    "cache-control",
+    "pragma",
+)
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-connection",
+}
 # Set by the portal itself, or not TensorBoard's to set on the portal's origin.
 NOT_FORWARDED = HOP_BY_HOP | {"set-cookie", "server", "date", "x-frame-options"}
 _BAD_ENCODINGS = ("%2f", "%5c", "%00", "%2e")
@@ -45,8 +63,10 @@ def _client() -> httpx.AsyncClient:
     client = _clients.get(loop)
     if client is None:
         client = _clients[loop] = httpx.AsyncClient(
-            timeout=httpx.Timeout(60, connect=2), limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
-            follow_redirects=False, trust_env=False,  # never through an HTTP_PROXY meant for the outside world
+            timeout=httpx.Timeout(60, connect=2),
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            follow_redirects=False,
+            trust_env=False,  # never through an HTTP_PROXY meant for the outside world
         )
     return client
 
@@ -159,7 +179,9 @@ def _not_ready(request, board) -> HttpResponse:
     if "text/html" in request.headers.get("Accept", ""):
         response = HttpResponse(
             f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="{RETRY_SECONDS}">'
-            f"<title>TensorBoard</title><p>{message}</p>", status=503)
+            f"<title>TensorBoard</title><p>{message}</p>",
+            status=503,
+        )
     else:
         response = _text(503, message)
     response.headers["Retry-After"] = str(RETRY_SECONDS)

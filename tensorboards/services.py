@@ -50,8 +50,12 @@ VERIFY_SECONDS = 3
 EXITED = "TensorBoard exited; it starts again when opened."
 NOT_OURS = "This board's process is not the one the portal started; it was stopped and will be started again."
 
-STARTING, RUNNING, STOPPED, FAILED = (TensorBoard.Status.STARTING, TensorBoard.Status.RUNNING,
-                                      TensorBoard.Status.STOPPED, TensorBoard.Status.FAILED)
+STARTING, RUNNING, STOPPED, FAILED = (
+    TensorBoard.Status.STARTING,
+    TensorBoard.Status.RUNNING,
+    TensorBoard.Status.STOPPED,
+    TensorBoard.Status.FAILED,
+)
 
 
 def board_backend(board: TensorBoard | None = None) -> BoardBackend:
@@ -63,8 +67,11 @@ def board_backend(board: TensorBoard | None = None) -> BoardBackend:
         return LocalBoardBackend(settings.PORTAL_DATA_ROOT / "tensorboard", sandboxed=False if trusted else None)
     try:
         return KubernetesBoardBackend(
-            kube_for(cluster), cluster_settings(cluster), image=cluster.settings.get("tensorboard_image") or DEFAULT_IMAGE,
-            cluster_domain=cluster.settings.get("cluster_domain") or "cluster.local")
+            kube_for(cluster),
+            cluster_settings(cluster),
+            image=cluster.settings.get("tensorboard_image") or DEFAULT_IMAGE,
+            cluster_domain=cluster.settings.get("cluster_domain") or "cluster.local",
+        )
     except ExecutorError as exc:
         raise BoardError(exc.message, permanent=exc.permanent) from exc
 
@@ -75,6 +82,7 @@ def _cluster_of(board: TensorBoard) -> Cluster | None:
 
 
 # --- Reads ----------------------------------------------------------------------------
+
 
 def board_url(board: TensorBoard) -> str:
     if board.is_compare:
@@ -104,16 +112,21 @@ def boards_for(*, user) -> list[TensorBoard]:
     """Boards all of whose jobs the user may see, newest first."""
     visible = selectors.jobs_for(user=user).values("pk")
     hidden = TensorBoard.jobs.through.objects.exclude(job_id__in=visible).values("tensorboard_id")
-    return list(TensorBoard.objects.filter(jobs__in=visible).exclude(pk__in=hidden).distinct().order_by("-started_at", "-pk"))
+    return list(
+        TensorBoard.objects.filter(jobs__in=visible).exclude(pk__in=hidden).distinct().order_by("-started_at", "-pk")
+    )
 
 
 # --- Starting ---------------------------------------------------------------------------
 
+
 def board_start_for_job(*, user, job: Job, restart_failed: bool = True, now: datetime | None = None) -> TensorBoard:
     """The job's board, started if it is not running. Idempotent."""
     if not job.tensorboard:
-        raise Conflict(f"Job {job.pk} was submitted with tensorboard=false, so it has no TensorBoard. "
-                       "Clone it with tensorboard=true to get one.")
+        raise Conflict(
+            f"Job {job.pk} was submitted with tensorboard=false, so it has no TensorBoard. "
+            "Clone it with tensorboard=true to get one."
+        )
     board = _board_for_key(key=f"job:{job.pk}", jobs=[job], user=user)
     return board_ensure(board=board, user=user, restart_failed=restart_failed, now=now)
 
@@ -135,13 +148,16 @@ def board_start_compare(*, user, job_ids: list[int], now: datetime | None = None
     places = {(job.cluster_id, job.department_id) for job in jobs}
     if any(job.cluster.backend == Cluster.Backend.KUBERNETES for job in jobs) and len(places) > 1:
         # One pod reads them all, and a pod mounts only its own namespace's job volume.
-        raise Conflict("Jobs on a Kubernetes cluster can be compared only with jobs of the same department "
-                       "on the same cluster.")
+        raise Conflict(
+            "Jobs on a Kubernetes cluster can be compared only with jobs of the same department on the same cluster."
+        )
     board = _board_for_key(key="compare:" + ",".join(map(str, ids)), jobs=jobs, user=user)
     return board_ensure(board=board, user=user, restart_failed=True, now=now)
 
 
-def board_open(*, user, job_id: int | None = None, board_id: int | None = None, now: datetime | None = None) -> TensorBoard | None:
+def board_open(
+    *, user, job_id: int | None = None, board_id: int | None = None, now: datetime | None = None
+) -> TensorBoard | None:
     """The board behind a proxy request, started if it is not running and its visit recorded.
 
     None when the user may not see it. A board that failed to start is left failed (its message
@@ -211,7 +227,9 @@ def board_observe(*, board: TensorBoard, now: datetime | None = None) -> TensorB
     return board
 
 
-_verified: dict[int, tuple[tuple, float, BoardBackend]] = {}  # board id -> (process, when, backend) of its last full look
+_verified: dict[
+    int, tuple[tuple, float, BoardBackend]
+] = {}  # board id -> (process, when, backend) of its last full look
 
 
 def board_verify(*, board: TensorBoard) -> bool:
@@ -247,11 +265,14 @@ def board_touch(*, board: TensorBoard, now: datetime | None = None) -> None:
     stale = now - timedelta(seconds=TOUCH_SECONDS)
     if board.last_access_at and board.last_access_at > stale:
         return
-    TensorBoard.objects.filter(Q(last_access_at__lte=stale) | Q(last_access_at__isnull=True), pk=board.pk).update(last_access_at=now)
+    TensorBoard.objects.filter(Q(last_access_at__lte=stale) | Q(last_access_at__isnull=True), pk=board.pk).update(
+        last_access_at=now
+    )
     board.last_access_at = now
 
 
 # --- Stopping ----------------------------------------------------------------------------
+
 
 def board_stop(*, board: TensorBoard, message: str = "Stopped.") -> TensorBoard:
     process = _process(board)
@@ -266,7 +287,9 @@ def boards_stop_idle(*, now: datetime | None = None) -> int:
     """Stop every board nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS. Returns how many were stopped."""
     now = now or timezone.now()
     idle_seconds = settings.PORTAL_TENSORBOARD_IDLE_SECONDS
-    idle = TensorBoard.objects.filter(status__in=[STARTING, RUNNING], last_access_at__lt=now - timedelta(seconds=idle_seconds))
+    idle = TensorBoard.objects.filter(
+        status__in=[STARTING, RUNNING], last_access_at__lt=now - timedelta(seconds=idle_seconds)
+    )
     stopped = 0
     for board in idle:
         board_stop(board=board, message=f"Stopped after {idle_seconds} s without a visit; it starts again when opened.")
@@ -286,6 +309,7 @@ def boards_reconcile(*, now: datetime | None = None) -> int:
 
 # --- Helpers -------------------------------------------------------------------------------
 
+
 def _board_for_key(*, key: str, jobs: list[Job], user) -> TensorBoard:
     board = TensorBoard.objects.filter(key=key).first()
     if board is not None:
@@ -303,8 +327,15 @@ def _start(board: TensorBoard, *, user, now: datetime) -> TensorBoard:
     spec = _spec(board)
     # Claimed with a conditional update, so that two requests never start two processes for one board.
     claimed = TensorBoard.objects.filter(pk=board.pk, status=board.status, pid=board.pid).update(
-        status=STARTING, host="", port=None, pid=None, handle="", started_at=now, last_access_at=now,
-        message="Starting TensorBoard.", started_by=user or board.started_by,
+        status=STARTING,
+        host="",
+        port=None,
+        pid=None,
+        handle="",
+        started_at=now,
+        last_access_at=now,
+        message="Starting TensorBoard.",
+        started_by=user or board.started_by,
     )
     if claimed:
         try:
@@ -313,14 +344,17 @@ def _start(board: TensorBoard, *, user, now: datetime) -> TensorBoard:
             TensorBoard.objects.filter(pk=board.pk).update(status=FAILED, message=exc.message)
         else:
             TensorBoard.objects.filter(pk=board.pk).update(
-                host=process.host, port=process.port, pid=process.pid, handle=process.handle)
+                host=process.host, port=process.port, pid=process.pid, handle=process.handle
+            )
     board.refresh_from_db()
     return board
 
 
 def _settle(board: TensorBoard, *, to: str, message: str) -> bool:
     """Move the board to ``to`` unless it changed meanwhile (another process, another status)."""
-    changed = TensorBoard.objects.filter(pk=board.pk, status=board.status, pid=board.pid).update(status=to, message=message)
+    changed = TensorBoard.objects.filter(pk=board.pk, status=board.status, pid=board.pid).update(
+        status=to, message=message
+    )
     board.refresh_from_db()
     return bool(changed)
 
@@ -355,8 +389,12 @@ def _spec(board: TensorBoard) -> BoardSpec:
         # Event files are on the department's job volume under each run's subPath (jobs/executors/manifests.py).
         # Only the current run is known there: earlier runs of a re-queued job are not listed.
         runs = [job_run(f"{_run_name(job)}-{job.pk}", job.storage_key) for job in jobs]
-        return KubeBoardSpec(board_id=board.pk, path_prefix=board_url(board).rstrip("/"), runs=tuple(runs),
-                             department=jobs[0].department.slug)
+        return KubeBoardSpec(
+            board_id=board.pk,
+            path_prefix=board_url(board).rstrip("/"),
+            runs=tuple(runs),
+            department=jobs[0].department.slug,
+        )
     for job in jobs:
         runs.extend(_runs_of(job))
     return BoardSpec(board_id=board.pk, path_prefix=board_url(board).rstrip("/"), runs=tuple(runs))
@@ -376,9 +414,13 @@ def _runs_of(job: Job) -> list[tuple[str, str]]:
         raise Conflict(f"TensorBoard is not available for job {job.pk}: {exc.message}") from exc
     root = Path(executor.root)
     jobs_root = root / "jobs"
-    run_ids = {path.name for path in jobs_root.glob(f"{job.pk}-*")
-               if re.fullmatch(rf"{job.pk}-[0-9a-f]+", path.name) and JobDir(path).tensorboard.is_dir()
-               and JobDir(path).belongs_to(job.storage_key)}
+    run_ids = {
+        path.name
+        for path in jobs_root.glob(f"{job.pk}-*")
+        if re.fullmatch(rf"{job.pk}-[0-9a-f]+", path.name)
+        and JobDir(path).tensorboard.is_dir()
+        and JobDir(path).belongs_to(job.storage_key)
+    }
     runs = [(f"{_run_name(job)}-{run_id}", str(JobDir(jobs_root / run_id).tensorboard)) for run_id in sorted(run_ids)]
     return [*runs, (f"{_run_name(job)}-{job.pk}", str(root / "tensorboard" / job.storage_key))]
 

@@ -10,9 +10,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from demo.data import demo_load
-from clusters.inventory import SIMULATED
 from accounts.tokens import token_create
+from clusters.inventory import SIMULATED
+from demo.data import demo_load
 
 # The Kubernetes API fake (`kube`, `kube_api` fixtures) for every test directory.
 pytest_plugins = ["tests.k8s.fixtures"]

@@ -70,7 +70,10 @@ class Processes:
         if "channels" in settings.DATABASES:
             subprocess.run(
                 [sys.executable, "manage.py", "migrate", "--database", "channels", "-v0"],
-                cwd=ROOT, env=process_env(), check=True, timeout=120,
+                cwd=ROOT,
+                env=process_env(),
+                check=True,
+                timeout=120,
             )
 
     def purge_broker(self) -> None:
@@ -86,15 +89,28 @@ class Processes:
 
     def web(self) -> int:
         port = free_port()
-        process = self.start("web", [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"])
+        process = self.start(
+            "web", [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
+        )
         wait_for_port(port, process)
         return port
 
     def worker(self) -> subprocess.Popen:
         return self.start(
             "worker",
-            [str(BIN / "celery"), "--app", "config", "worker", "--pool", "solo", "--loglevel", "INFO",
-             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            [
+                str(BIN / "celery"),
+                "--app",
+                "config",
+                "worker",
+                "--pool",
+                "solo",
+                "--loglevel",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
         )
 
     def beat(self) -> subprocess.Popen:
@@ -105,7 +121,9 @@ class Processes:
         return self.start("beat", [str(BIN / "celery"), "--app", "config", "beat", "--loglevel", "INFO"])
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name} ---\n{p.read_text(errors='replace')}" for p in sorted(self.log_dir.glob("*.log")))
+        return "\n".join(
+            f"--- {p.name} ---\n{p.read_text(errors='replace')}" for p in sorted(self.log_dir.glob("*.log"))
+        )
 
     def stop(self) -> None:
         for _, process in self.running:

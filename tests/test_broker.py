@@ -11,11 +11,18 @@ from config.broker import PENDING_SUFFIX
 def connection(tmp_path):
     for sub in ("queue", "processed", "control"):
         (tmp_path / sub).mkdir(exist_ok=True)
-    return Connection("filesystem://localhost/", transport="config.broker:Transport", transport_options={
-        "data_folder_in": str(tmp_path / "queue"), "data_folder_out": str(tmp_path / "queue"),
-        "processed_folder": str(tmp_path / "processed"), "control_folder": str(tmp_path / "control"),
-        "store_processed": False, "polling_interval": 0.01,
-    })
+    return Connection(
+        "filesystem://localhost/",
+        transport="config.broker:Transport",
+        transport_options={
+            "data_folder_in": str(tmp_path / "queue"),
+            "data_folder_out": str(tmp_path / "queue"),
+            "processed_folder": str(tmp_path / "processed"),
+            "control_folder": str(tmp_path / "control"),
+            "store_processed": False,
+            "polling_interval": 0.01,
+        },
+    )
 
 
 def test_a_message_being_written_is_not_read(tmp_path):

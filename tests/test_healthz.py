@@ -11,7 +11,9 @@ def test_it_reports_database_broker_and_channel_layer_healthy(client):
         body = response.json()
         assert body["status"] == "ok"
         assert {name: check["ok"] for name, check in body["checks"].items()} == {
-            "database": True, "broker": True, "channel_layer": True,
+            "database": True,
+            "broker": True,
+            "channel_layer": True,
         }
 
 

@@ -123,8 +123,18 @@ def test_it_finds_every_file_each_kustomization_names():
         folder, spec = path.parent, yaml.safe_load(path.read_text())
         where = path.relative_to(ROOT)
         assert spec["kind"] == "Kustomization", where
-        unknown = set(spec) - {"apiVersion", "kind", "namespace", "labels", "resources", "patches", "images",
-                               "replicas", "configMapGenerator", "secretGenerator"}
+        unknown = set(spec) - {
+            "apiVersion",
+            "kind",
+            "namespace",
+            "labels",
+            "resources",
+            "patches",
+            "images",
+            "replicas",
+            "configMapGenerator",
+            "secretGenerator",
+        }
         assert not unknown, f"{where}: unexpected fields {unknown} (deprecated ones such as commonLabels?)"
         for entry in spec.get("resources", []):
             target = folder / entry
@@ -145,8 +155,14 @@ def test_it_patches_only_resources_that_the_base_has():
     base |= {("ConfigMap", g["name"]) for g in kustomization(BASE).get("configMapGenerator", [])}
     spec = kustomization(OVERLAY)
     for patch in spec["patches"]:
-        doc = yaml.safe_load(patch["patch"]) if "patch" in patch else yaml.safe_load((OVERLAY / patch["path"]).read_text())
-        assert (doc["kind"], doc["metadata"]["name"]) in base, f"the overlay patches {doc['kind']} {doc['metadata']['name']}"
+        doc = (
+            yaml.safe_load(patch["patch"])
+            if "patch" in patch
+            else yaml.safe_load((OVERLAY / patch["path"]).read_text())
+        )
+        assert (doc["kind"], doc["metadata"]["name"]) in base, (
+            f"the overlay patches {doc['kind']} {doc['metadata']['name']}"
+        )
     for generator in spec.get("configMapGenerator", []) + spec.get("secretGenerator", []):
         kind = "ConfigMap" if generator in spec.get("configMapGenerator", []) else "Secret"
         assert (kind, generator["name"]) in base and generator["behavior"] in ("merge", "replace")
@@ -176,7 +192,9 @@ def test_it_marks_every_example_secret_value():
             for entry in generator["envs"]:
                 assert "example" in entry
                 for name, value in read_env_file(folder / entry).items():
-                    assert "EXAMPLE-ONLY" in value or name == "REDIS_URL", f"{entry}: {name} is not marked as an example"
+                    assert "EXAMPLE-ONLY" in value or name == "REDIS_URL", (
+                        f"{entry}: {name} is not marked as an example"
+                    )
 
 
 def test_it_gives_the_in_cluster_postgres_the_password_in_database_url():
@@ -191,7 +209,9 @@ def container_of(path: Path, kind: str, name: str) -> dict:
 
 
 def env_sources(container: dict) -> dict[str, dict | str]:
-    return {item["name"]: item.get("valueFrom", {}).get("secretKeyRef") or item.get("value") for item in container["env"]}
+    return {
+        item["name"]: item.get("valueFrom", {}).get("secretKeyRef") or item.get("value") for item in container["env"]
+    }
 
 
 def test_the_in_cluster_redis_asks_for_the_password_that_redis_url_carries():
@@ -223,14 +243,18 @@ def selects(selector: dict, labels: dict) -> bool:
 def admitted(policies: list[dict], source: dict | None, target: dict, port: str) -> bool:
     """Whether NetworkPolicies admit traffic from a pod of this namespace with labels ``source`` (None: from
     outside the namespace) to a pod with labels ``target`` on its named ``port``."""
-    chosen = [p for p in policies if selects(p["spec"]["podSelector"], target) and "Ingress" in p["spec"]["policyTypes"]]
+    chosen = [
+        p for p in policies if selects(p["spec"]["podSelector"], target) and "Ingress" in p["spec"]["policyTypes"]
+    ]
     assert chosen, "every pod is selected by the default deny"
     for policy in chosen:
         for rule in policy["spec"].get("ingress", []):
             ports_ok = "ports" not in rule or any(p["port"] == port for p in rule["ports"])
             peers = rule.get("from")
-            peers_ok = peers is None or (source is not None and any(
-                set(peer) == {"podSelector"} and selects(peer["podSelector"], source) for peer in peers))
+            peers_ok = peers is None or (
+                source is not None
+                and any(set(peer) == {"podSelector"} and selects(peer["podSelector"], source) for peer in peers)
+            )
             if ports_ok and peers_ok:
                 return True
     return False
@@ -240,15 +264,19 @@ def test_only_the_portals_own_pods_reach_its_datastores_and_anyone_reaches_web()
     policies = load_documents(BASE / "networkpolicy.yaml")
     for policy in policies:
         validate(policy)
-    labels = {name: {"app.kubernetes.io/name": "gpu-portal", "app.kubernetes.io/component": name}
-              for name in ("web", "worker", "beat", "watcher", "postgres", "redis")}
+    labels = {
+        name: {"app.kubernetes.io/name": "gpu-portal", "app.kubernetes.io/component": name}
+        for name in ("web", "worker", "beat", "watcher", "postgres", "redis")
+    }
     for store, port in (("postgres", "postgres"), ("redis", "redis")):
         for process in ("web", "worker", "beat", "watcher"):
             assert admitted(policies, labels[process], labels[store], port), (process, store)
         assert not admitted(policies, None, labels[store], port)  # a job pod, another namespace
         assert not admitted(policies, {"app.kubernetes.io/name": "intruder"}, labels[store], port)
     assert admitted(policies, None, labels["web"], "http")
-    assert not admitted(policies, None, labels["worker"], "http") and not admitted(policies, None, labels["web"], "redis")
+    assert not admitted(policies, None, labels["worker"], "http") and not admitted(
+        policies, None, labels["web"], "redis"
+    )
 
 
 # --------------------------------------------------------------------------------------- rendered
@@ -277,7 +305,11 @@ def find(docs: list[dict], kind: str, name: str | None = None) -> list[dict]:
 
 
 def pod_specs(docs: list[dict]) -> dict[str, dict]:
-    return {doc["metadata"]["name"]: doc["spec"]["template"]["spec"] for doc in docs if doc["kind"] in ("Deployment", "StatefulSet")}
+    return {
+        doc["metadata"]["name"]: doc["spec"]["template"]["spec"]
+        for doc in docs
+        if doc["kind"] in ("Deployment", "StatefulSet")
+    }
 
 
 def portal_containers(docs: list[dict]):
@@ -323,23 +355,33 @@ def test_it_refers_only_to_objects_it_creates(rendered, variant):
             labels = doc["spec"]["template"]["metadata"]["labels"]
             assert doc["spec"]["selector"]["matchLabels"].items() <= labels.items()
         if doc["kind"] == "Service":
-            selected = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")
-                        and doc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+            selected = [
+                d
+                for d in docs
+                if d["kind"] in ("Deployment", "StatefulSet")
+                and doc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+            ]
             assert len(selected) == 1, doc["metadata"]["name"]
-            ports = {p["name"] for c in selected[0]["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+            ports = {
+                p["name"] for c in selected[0]["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])
+            }
             assert {port["targetPort"] for port in doc["spec"]["ports"]} <= ports
     for ingress in find(docs, "Ingress"):
         for rule in ingress["spec"]["rules"]:
             for path in rule["http"]["paths"]:
                 service = find(docs, "Service", path["backend"]["service"]["name"])
-                assert service and path["backend"]["service"]["port"]["name"] in {p["name"] for p in service[0]["spec"]["ports"]}
+                assert service and path["backend"]["service"]["port"]["name"] in {
+                    p["name"] for p in service[0]["spec"]["ports"]
+                }
 
 
 def test_it_switches_the_overlay_to_external_datastores(rendered):
     base, overlay = rendered["base"], rendered["overlay"]
     assert {doc["metadata"]["name"] for doc in find(base, "StatefulSet")} == {"gpu-portal-postgres", "gpu-portal-redis"}
     assert not find(overlay, "StatefulSet")
-    assert not [doc for doc in overlay if doc["metadata"]["name"].startswith(("gpu-portal-postgres", "gpu-portal-redis"))]
+    assert not [
+        doc for doc in overlay if doc["metadata"]["name"].startswith(("gpu-portal-postgres", "gpu-portal-redis"))
+    ]
     secret = settings_of(overlay)[1]
     assert "@gpu-portal-" not in secret["DATABASE_URL"] + secret["REDIS_URL"]
     images = {container["image"] for _, container in portal_containers(overlay)}
@@ -369,7 +411,9 @@ def settings_of(docs: list[dict]) -> tuple[dict[str, str], dict[str, str]]:
     import base64
 
     (config,) = [doc for doc in find(docs, "ConfigMap") if doc["metadata"]["name"].startswith("gpu-portal-settings")]
-    (secret,) = [doc for doc in find(docs, "Secret") if re.fullmatch(r"gpu-portal(-[a-z0-9]{10})?", doc["metadata"]["name"])]
+    (secret,) = [
+        doc for doc in find(docs, "Secret") if re.fullmatch(r"gpu-portal(-[a-z0-9]{10})?", doc["metadata"]["name"])
+    ]
     decoded = {key: base64.b64decode(value).decode() for key, value in secret.get("data", {}).items()}
     return config["data"], decoded | secret.get("stringData", {})
 
@@ -402,15 +446,23 @@ def test_it_gives_settings_that_the_portal_accepts(rendered, variant, tmp_path):
     secrets_dir.mkdir()
     for key, value in secret.items():
         (secrets_dir / key).write_text(value)
-    environ = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "config.settings",
-               "PORTAL_DATA_ROOT": str(tmp_path / "data"), **config}
+    environ = {
+        "PATH": os.environ["PATH"],
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "PORTAL_DATA_ROOT": str(tmp_path / "data"),
+        **config,
+    }
     for variable in web["env"]:
         environ[variable["name"]] = str(secrets_dir / variable["value"].rsplit("/", 1)[1])
     environ["PORTAL_ARTIFACT_ROOT"] = str(tmp_path / "artifacts")  # /data/artifacts is the volume's mount
-    script = ("import django, json; django.setup(); from django.conf import settings as s; print(json.dumps({"
-              "'engine': s.DATABASES['default']['ENGINE'], 'broker': s.CELERY_BROKER_URL, 'hosts': s.ALLOWED_HOSTS,"
-              "'debug': s.DEBUG, 'key': s.SECRET_KEY, 'channels': s.CHANNEL_LAYERS['default']['BACKEND']}))")
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60)
+    script = (
+        "import django, json; django.setup(); from django.conf import settings as s; print(json.dumps({"
+        "'engine': s.DATABASES['default']['ENGINE'], 'broker': s.CELERY_BROKER_URL, 'hosts': s.ALLOWED_HOSTS,"
+        "'debug': s.DEBUG, 'key': s.SECRET_KEY, 'channels': s.CHANNEL_LAYERS['default']['BACKEND']}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert seen["engine"] == "django.db.backends.postgresql"
@@ -451,7 +503,9 @@ def test_it_runs_every_pod_unprivileged_with_resources(rendered, variant):
         spec = doc["spec"]["template"]["spec"]
         assert spec["securityContext"]["runAsUser"] == PORTAL_UID == dockerfile_user()
         # Only the processes that call the Kubernetes API get its token.
-        assert (spec.get("serviceAccountName") == "gpu-portal") == (spec.get("automountServiceAccountToken", True) is True)
+        assert (spec.get("serviceAccountName") == "gpu-portal") == (
+            spec.get("automountServiceAccountToken", True) is True
+        )
 
 
 # ------------------------------------------------------------------------------------------- RBAC
@@ -496,7 +550,9 @@ def test_it_installs_the_portals_priority_classes_as_the_portal_writes_them():
 
 def dockerfile() -> list[tuple[str, str]]:
     text = re.sub(r"\\\n", " ", (PLATFORM / "Dockerfile").read_text())
-    return [tuple(line.split(None, 1)) for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        tuple(line.split(None, 1)) for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 def instruction(name: str) -> list[str]:
@@ -546,18 +602,41 @@ def image_tree(tmp_path):
 def run_entrypoint(tree: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {"PATH": os.environ["PATH"], **env}
     # From another folder: the image's WORKDIR is /app, but the script must not depend on it.
-    return subprocess.run(["sh", str(tree / "platform" / "docker-entrypoint.sh"), *args], cwd="/",
-                          env=environ, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        ["sh", str(tree / "platform" / "docker-entrypoint.sh"), *args],
+        cwd="/",
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def test_it_starts_the_procfiles_command_lines_in_the_image(image_tree):
     web = run_entrypoint(image_tree, "web", PORT="8123", PORTAL_BIND="0.0.0.0")
     assert web.returncode == 0, web.stderr
     assert web.stdout.split("\n")[:-1] == [
-        "daphne", "--bind", "0.0.0.0", "--port", "8123", "--proxy-headers", "config.asgi:application"]
+        "daphne",
+        "--bind",
+        "0.0.0.0",
+        "--port",
+        "8123",
+        "--proxy-headers",
+        "config.asgi:application",
+    ]
     worker = run_entrypoint(image_tree, "worker", PORTAL_LOG_LEVEL="WARNING", HOSTNAME="pod-1")
     assert worker.stdout.split("\n")[:-1] == [
-        "celery", "--app", "config", "worker", "--loglevel", "WARNING", "--concurrency", "2", "--hostname", "worker@%h"]
+        "celery",
+        "--app",
+        "config",
+        "worker",
+        "--loglevel",
+        "WARNING",
+        "--concurrency",
+        "2",
+        "--hostname",
+        "worker@%h",
+    ]
     beat = run_entrypoint(image_tree, "beat")
     assert beat.stdout.split("\n")[:-1] == ["celery", "--app", "config", "beat", "--loglevel", "INFO"]
     default = run_entrypoint(image_tree)
@@ -572,19 +651,39 @@ def test_it_runs_any_other_command_as_given_in_the_image(image_tree):
 
 
 def test_it_keeps_local_state_out_of_the_build_context_but_not_the_code():
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
 
     def ignored(path: str) -> bool:
         parts = path.split("/")
         prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-        return any(fnmatch(prefix, pattern.removeprefix("**/")) or fnmatch(prefix, pattern)
-                   for prefix in prefixes for pattern in patterns)
+        return any(
+            fnmatch(prefix, pattern.removeprefix("**/")) or fnmatch(prefix, pattern)
+            for prefix in prefixes
+            for pattern in patterns
+        )
 
-    for path in (".venv/bin/python", "var/portal.sqlite3", ".git/HEAD", "var/secret_key",
-                 "platform/kustomize/overlays/example/secret.example.env", "jobs/__pycache__/x.pyc"):
+    for path in (
+        ".venv/bin/python",
+        "var/portal.sqlite3",
+        ".git/HEAD",
+        "var/secret_key",
+        "platform/kustomize/overlays/example/secret.example.env",
+        "jobs/__pycache__/x.pyc",
+    ):
         assert ignored(path), path
-    for path in ("requirements.txt", "requirements.lock", "manage.py", "platform/Procfile", "platform/docker-entrypoint.sh",
-                 "config/settings.py", "locale/zh_Hans/LC_MESSAGES/django.mo", "examples/digits/train.py",
-                 "frontend/static/frontend/portal.css"):
+    for path in (
+        "requirements.txt",
+        "requirements.lock",
+        "manage.py",
+        "platform/Procfile",
+        "platform/docker-entrypoint.sh",
+        "config/settings.py",
+        "locale/zh_Hans/LC_MESSAGES/django.mo",
+        "examples/digits/train.py",
+        "frontend/static/frontend/portal.css",
+    ):
         assert not ignored(path), path

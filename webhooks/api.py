@@ -7,63 +7,42 @@ create and rotate-secret.
 
 from __future__ import annotations
 
-import difflib
-
-from django.http import Http404
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
-from rest_framework.exceptions import ValidationError
-from rest_framework.fields import SkipField
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import selectors as account_selectors
+from core.api import parse_input, visible_or_404
 from core.errors import InvalidInput
 from webhooks import selectors, services
 from webhooks.filters import WebhookFilter
 from webhooks.models import Delivery, Webhook
-from accounts import selectors as account_selectors
 
 
 class WebhookInputSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100)
     department = serializers.CharField(max_length=40, help_text="Slug of the department whose events are sent")
     url = serializers.CharField(max_length=2000, help_text="http(s) URL that receives signed POSTs")
-    events = serializers.ListField(child=serializers.CharField(max_length=50), max_length=len(services.EVENTS),
-                                   help_text="Any of: " + ", ".join(services.EVENTS))
+    events = serializers.ListField(
+        child=serializers.CharField(max_length=50),
+        max_length=len(services.EVENTS),
+        help_text="Any of: " + ", ".join(services.EVENTS),
+    )
     active = serializers.BooleanField(default=True)
 
 
 class WebhookPatchSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100, required=False)
     url = serializers.CharField(max_length=2000, required=False)
-    events = serializers.ListField(child=serializers.CharField(max_length=50), max_length=len(services.EVENTS),
-                                   required=False)
+    events = serializers.ListField(
+        child=serializers.CharField(max_length=50), max_length=len(services.EVENTS), required=False
+    )
     active = serializers.BooleanField(required=False)
 
 
-def parse_input(serializer: type[serializers.Serializer], data, *, partial: bool = False) -> tuple[dict, dict]:
-    """Each field on its own, so that one bad field does not hide the problems of the others."""
-    if not isinstance(data, dict):
-        raise ValidationError({"non_field_errors": ["Send a JSON object describing the webhook."]})
-    fields = serializer().fields
-    values, errors = {}, {}
-    for name, field in fields.items():
-        if partial and name not in data:
-            continue
-        try:
-            values[name] = field.run_validation(field.get_value(data))
-        except ValidationError as exc:
-            errors[name] = exc.detail
-        except SkipField:
-            pass
-    for unknown in sorted(set(data) - set(fields)):
-        if unknown == "department" and partial:
-            errors[unknown] = ["A webhook stays in its department; create one in the other department instead."]
-            continue
-        guess = difflib.get_close_matches(unknown, fields, n=1)
-        errors[unknown] = [f"Unknown field{f'; did you mean {guess[0]!r}?' if guess else '.'}"]
-    return values, errors
+FIXED_ON_PATCH = {"department": "A webhook stays in its department; create one in the other department instead."}
 
 
 class WebhookOutputSerializer(serializers.ModelSerializer):
@@ -81,7 +60,9 @@ class WebhookOutputSerializer(serializers.ModelSerializer):
 
 
 class WebhookWithSecretSerializer(WebhookOutputSerializer):
-    secret = serializers.CharField(help_text="Shown only now: keep it to verify webhook-signature (Standard Webhooks; X-Portal-Signature is deprecated)")
+    secret = serializers.CharField(
+        help_text="Shown only now: keep it to verify webhook-signature (Standard Webhooks; X-Portal-Signature is deprecated)"
+    )
 
     class Meta(WebhookOutputSerializer.Meta):
         fields = [*WebhookOutputSerializer.Meta.fields, "secret"]
@@ -94,18 +75,31 @@ class DeliveryOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Delivery
-        fields = ["id", "webhook", "event", "event_id", "status", "attempts", "response_code", "response_excerpt",
-                  "error", "created_at", "next_attempt_at", "delivered_at", "payload", "redeliver_url"]
+        fields = [
+            "id",
+            "webhook",
+            "event",
+            "event_id",
+            "status",
+            "attempts",
+            "response_code",
+            "response_excerpt",
+            "error",
+            "created_at",
+            "next_attempt_at",
+            "delivered_at",
+            "payload",
+            "redeliver_url",
+        ]
 
     def get_redeliver_url(self, delivery) -> str:
         return reverse("api-webhook-redeliver", args=[delivery.webhook_id, delivery.pk])
 
 
 def _visible(request, webhook_id) -> Webhook:
-    webhook = selectors.webhook_get(user=request.user, webhook_id=webhook_id)
-    if webhook is None:
-        raise Http404("No webhook with that id in your departments.")
-    return webhook
+    return visible_or_404(
+        selectors.webhook_get(user=request.user, webhook_id=webhook_id), "No webhook with that id in your departments."
+    )
 
 
 class WebhookListApi(generics.ListAPIView):
@@ -117,16 +111,21 @@ class WebhookListApi(generics.ListAPIView):
 
     @extend_schema(request=WebhookInputSerializer, responses={201: WebhookWithSecretSerializer})
     def post(self, request):
-        values, type_errors = parse_input(WebhookInputSerializer, request.data)
-        slug = values.pop("department", None)
-        department = account_selectors.department_get(user=request.user, slug=slug) if slug else None
+        values, type_errors = parse_input(WebhookInputSerializer, request.data, what="the webhook")
+        department = account_selectors.department_for_input(
+            user=request.user, slug=values.pop("department", None), errors=type_errors
+        )
         if department is None:
-            if "department" not in type_errors:
-                type_errors["department"] = [f"You are not a member of a department called {slug!r}."]
             raise InvalidInput(type_errors)
-        webhook = services.webhook_create(actor=request.user, department=department, name=values.get("name", ""),
-                                          url=values.get("url", ""), events=values.get("events", []),
-                                          active=values.get("active", True), type_errors=type_errors)
+        webhook = services.webhook_create(
+            actor=request.user,
+            department=department,
+            name=values.get("name", ""),
+            url=values.get("url", ""),
+            events=values.get("events", []),
+            active=values.get("active", True),
+            type_errors=type_errors,
+        )
         return Response(WebhookWithSecretSerializer(webhook).data, status=status.HTTP_201_CREATED)
 
 
@@ -138,7 +137,9 @@ class WebhookDetailApi(APIView):
     @extend_schema(request=WebhookPatchSerializer, responses=WebhookOutputSerializer)
     def patch(self, request, webhook_id):
         webhook = _visible(request, webhook_id)
-        values, type_errors = parse_input(WebhookPatchSerializer, request.data, partial=True)
+        values, type_errors = parse_input(
+            WebhookPatchSerializer, request.data, what="the webhook", partial=True, fixed_on_patch=FIXED_ON_PATCH
+        )
         webhook = services.webhook_update(actor=request.user, webhook=webhook, values=values, type_errors=type_errors)
         return Response(WebhookOutputSerializer(webhook).data)
 
@@ -164,6 +165,7 @@ class WebhookPingApi(APIView):
 
 class DeliveryListApi(generics.ListAPIView):
     """Newest first."""
+
     serializer_class = DeliveryOutputSerializer
 
     def get_queryset(self):
@@ -175,8 +177,9 @@ class DeliveryListApi(generics.ListAPIView):
 class DeliveryRedeliverApi(APIView):
     @extend_schema(request=None, responses={202: DeliveryOutputSerializer})
     def post(self, request, webhook_id, delivery_id):
-        delivery = selectors.delivery_get(webhook=_visible(request, webhook_id), delivery_id=delivery_id)
-        if delivery is None:
-            raise Http404("This webhook has no delivery with that id.")
+        delivery = visible_or_404(
+            selectors.delivery_get(webhook=_visible(request, webhook_id), delivery_id=delivery_id),
+            "This webhook has no delivery with that id.",
+        )
         again = services.delivery_redeliver(actor=request.user, delivery=delivery)
         return Response(DeliveryOutputSerializer(again).data, status=status.HTTP_202_ACCEPTED)

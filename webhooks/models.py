@@ -14,8 +14,9 @@ class Webhook(models.Model):
     # Kept in clear: every delivery is signed with it. Shown to people only on creation and rotation.
     secret = models.CharField(max_length=100)
     active = models.BooleanField(default=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -60,8 +60,15 @@ def address_problem(address: str) -> str | None:
         ip = ip.ipv4_mapped
     if ip.is_global and not ip.is_multicast:
         return None
-    kind = ("a loopback" if ip.is_loopback else "a link-local (cloud metadata)" if ip.is_link_local
-            else "a private" if ip.is_private else "a non-public")
+    kind = (
+        "a loopback"
+        if ip.is_loopback
+        else "a link-local (cloud metadata)"
+        if ip.is_link_local
+        else "a private"
+        if ip.is_private
+        else "a non-public"
+    )
     return f"{ip} is {kind} address; webhooks may only call public addresses."
 
 

@@ -24,16 +24,21 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from core.errors import Conflict, InvalidInput
 from accounts import permissions
 from accounts.models import Department
-from webhooks import outbound, signing
+from core.errors import Conflict, InvalidInput
+from webhooks import outbound, signing, tasks
 from webhooks.models import Delivery, Webhook
-from webhooks import tasks
 
 PING = "ping"
-EVENTS = ("job.succeeded", "job.failed", "job.cancelled", "model.version_registered", "model.alias_moved",
-          "deployment.rolled_back")
+EVENTS = (
+    "job.succeeded",
+    "job.failed",
+    "job.cancelled",
+    "model.version_registered",
+    "model.alias_moved",
+    "deployment.rolled_back",
+)
 MAX_ATTEMPTS = 8
 BACKOFF_SECONDS = (10, 30, 120, 600, 3600, 3 * 3600, 6 * 3600)  # wait after failed attempt 1, 2, ... 7
 TIMEOUT_SECONDS = 10
@@ -54,7 +59,9 @@ def _audit(**fields) -> None:
 
 def require_manager(actor, department: Department) -> None:
     if not permissions.can_manage(actor, department):
-        raise PermissionDenied(_("Only admins of %(department)s can change its webhooks.") % {"department": department.slug})
+        raise PermissionDenied(
+            _("Only admins of %(department)s can change its webhooks.") % {"department": department.slug}
+        )
 
 
 def _secret() -> str:
@@ -62,6 +69,7 @@ def _secret() -> str:
 
 
 # --- Registering ----------------------------------------------------------------------------
+
 
 def _check(*, department: Department, values: dict, errors: dict, webhook: Webhook | None = None) -> dict:
     """Each given field checked on its own, so that one bad field does not hide the others' problems."""
@@ -72,8 +80,10 @@ def _check(*, department: Department, values: dict, errors: dict, webhook: Webho
         if not name:
             errors["name"] = [_("Give the webhook a name, e.g. the system it notifies.")]
         elif taken.exists():
-            errors["name"] = [_("%(department)s already has a webhook called %(name)s; choose another name.")
-                              % {"department": department.slug, "name": name}]
+            errors["name"] = [
+                _("%(department)s already has a webhook called %(name)s; choose another name.")
+                % {"department": department.slug, "name": name}
+            ]
         clean["name"] = name
     if "url" in values and "url" not in errors:
         url = (values["url"] or "").strip()
@@ -85,8 +95,11 @@ def _check(*, department: Department, values: dict, errors: dict, webhook: Webho
         events = values["events"]
         unknown = [event for event in events if event not in EVENTS]
         if unknown:
-            errors["events"] = [_("Unknown event %(event)s; choose from: %(events)s.")
-                                % {"event": repr(event), "events": ", ".join(EVENTS)} for event in unknown]
+            errors["events"] = [
+                _("Unknown event %(event)s; choose from: %(events)s.")
+                % {"event": repr(event), "events": ", ".join(EVENTS)}
+                for event in unknown
+            ]
         elif not events:
             errors["events"] = [_("Choose at least one event to send.")]
         clean["events"] = [event for event in EVENTS if event in events]
@@ -95,26 +108,48 @@ def _check(*, department: Department, values: dict, errors: dict, webhook: Webho
     return clean
 
 
-def webhook_create(*, actor, department: Department, name: str, url: str, events: list[str], active: bool = True,
-                   type_errors: dict | None = None) -> Webhook:
+def webhook_create(
+    *,
+    actor,
+    department: Department,
+    name: str,
+    url: str,
+    events: list[str],
+    active: bool = True,
+    type_errors: dict | None = None,
+) -> Webhook:
     """A new webhook with a new secret (on ``webhook.secret``: show it to the caller, once)."""
     require_manager(actor, department)
     errors = dict(type_errors or {})
-    clean = _check(department=department, values={"name": name, "url": url, "events": events, "active": active},
-                   errors=errors)
+    clean = _check(
+        department=department, values={"name": name, "url": url, "events": events, "active": active}, errors=errors
+    )
     if not errors and Webhook.objects.filter(department=department).count() >= MAX_WEBHOOKS_PER_DEPARTMENT:
-        errors["non_field_errors"] = [_("A department can have at most %(count)s webhooks; delete one first.")
-                                      % {"count": MAX_WEBHOOKS_PER_DEPARTMENT}]
+        errors["non_field_errors"] = [
+            _("A department can have at most %(count)s webhooks; delete one first.")
+            % {"count": MAX_WEBHOOKS_PER_DEPARTMENT}
+        ]
     if errors:
         raise InvalidInput(errors)
     try:
         with transaction.atomic():
             webhook = Webhook.objects.create(department=department, secret=_secret(), created_by=actor, **clean)
-            _audit(actor=actor, action="webhook.create", target=f"webhook {webhook.name}", department=department,
-                   data=_audited(webhook))
+            _audit(
+                actor=actor,
+                action="webhook.create",
+                target=f"webhook {webhook.name}",
+                department=department,
+                data=_audited(webhook),
+            )
     except IntegrityError:  # a concurrent request took the name
-        raise InvalidInput({"name": [_("%(department)s already has a webhook called %(name)s; choose another name.")
-                                     % {"department": department.slug, "name": clean["name"]}]}) from None
+        raise InvalidInput(
+            {
+                "name": [
+                    _("%(department)s already has a webhook called %(name)s; choose another name.")
+                    % {"department": department.slug, "name": clean["name"]}
+                ]
+            }
+        ) from None
     return webhook
 
 
@@ -131,11 +166,22 @@ def webhook_update(*, actor, webhook: Webhook, values: dict, type_errors: dict |
     try:
         with transaction.atomic():
             webhook.save(update_fields=list(clean) or None)
-            _audit(actor=actor, action="webhook.update", target=f"webhook {webhook.name}",
-                   department=webhook.department, data={"before": before, "after": _audited(webhook)})
+            _audit(
+                actor=actor,
+                action="webhook.update",
+                target=f"webhook {webhook.name}",
+                department=webhook.department,
+                data={"before": before, "after": _audited(webhook)},
+            )
     except IntegrityError:
-        raise InvalidInput({"name": [_("%(department)s already has a webhook called %(name)s; choose another name.")
-                                     % {"department": webhook.department.slug, "name": webhook.name}]}) from None
+        raise InvalidInput(
+            {
+                "name": [
+                    _("%(department)s already has a webhook called %(name)s; choose another name.")
+                    % {"department": webhook.department.slug, "name": webhook.name}
+                ]
+            }
+        ) from None
     return webhook
 
 
@@ -143,8 +189,13 @@ def webhook_delete(*, actor, webhook: Webhook) -> None:
     """Delete the webhook and its delivery log; deliveries not yet sent are dropped."""
     require_manager(actor, webhook.department)
     with transaction.atomic():
-        _audit(actor=actor, action="webhook.delete", target=f"webhook {webhook.name}", department=webhook.department,
-               data=_audited(webhook))
+        _audit(
+            actor=actor,
+            action="webhook.delete",
+            target=f"webhook {webhook.name}",
+            department=webhook.department,
+            data=_audited(webhook),
+        )
         webhook.delete()
 
 
@@ -154,16 +205,19 @@ def webhook_rotate_secret(*, actor, webhook: Webhook) -> Webhook:
     with transaction.atomic():
         webhook.secret = _secret()
         webhook.save(update_fields=["secret"])
-        _audit(actor=actor, action="webhook.rotate_secret", target=f"webhook {webhook.name}",
-               department=webhook.department)
+        _audit(
+            actor=actor, action="webhook.rotate_secret", target=f"webhook {webhook.name}", department=webhook.department
+        )
     return webhook
 
 
 def webhook_ping(*, actor, webhook: Webhook) -> Delivery:
     """Send a ``ping`` event to this webhook alone (also when inactive), to test the receiver."""
     require_manager(actor, webhook.department)
-    data = {"webhook": {"id": webhook.pk, "name": webhook.name, "events": webhook.events},
-            "message": f"Ping from GPU Portal, sent by {actor.username}."}
+    data = {
+        "webhook": {"id": webhook.pk, "name": webhook.name, "events": webhook.events},
+        "message": f"Ping from GPU Portal, sent by {actor.username}.",
+    }
     with transaction.atomic():
         return _deliveries_create(webhooks=[webhook], event=PING, payload=_payload(webhook.department, PING, data))[0]
 
@@ -174,13 +228,15 @@ def _audited(webhook: Webhook) -> dict:
 
 # --- Emitting -------------------------------------------------------------------------------
 
+
 def event_emit(*, department: Department, event: str, data: dict, now: datetime | None = None) -> list[Delivery]:
     """One Delivery per active webhook of the department that asked for ``event``, in the caller's
     transaction; each is sent after that commits."""
     if event not in EVENTS:
         raise ValueError(f"unknown webhook event {event!r}")
-    webhooks = [webhook for webhook in Webhook.objects.filter(department=department, active=True)
-                if event in webhook.events]
+    webhooks = [
+        webhook for webhook in Webhook.objects.filter(department=department, active=True) if event in webhook.events
+    ]
     if not webhooks:
         return []
     with transaction.atomic():
@@ -194,8 +250,12 @@ def _payload(department: Department, event: str, data: dict, *, now: datetime | 
 
 def _deliveries_create(*, webhooks: list[Webhook], event: str, payload: dict) -> list[Delivery]:
     now = timezone.now()
-    deliveries = [Delivery.objects.create(webhook=webhook, event=event, event_id=payload["id"], payload=payload,
-                                          next_attempt_at=now) for webhook in webhooks]
+    deliveries = [
+        Delivery.objects.create(
+            webhook=webhook, event=event, event_id=payload["id"], payload=payload, next_attempt_at=now
+        )
+        for webhook in webhooks
+    ]
     for delivery in deliveries:
         _send_after_commit(delivery.pk, attempt=1)
     return deliveries
@@ -206,6 +266,7 @@ def _send_after_commit(delivery_id: int, *, attempt: int) -> None:
 
 
 # --- Delivering -----------------------------------------------------------------------------
+
 
 def delivery_body(delivery: Delivery) -> bytes:
     """The exact bytes sent (and signed): compact JSON with sorted keys, the same on every attempt."""
@@ -219,7 +280,8 @@ def delivery_attempt(*, delivery_id: int, attempt: int = 1) -> int | None:
     """
     started = timezone.now()
     claimed = Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.PENDING, attempts=attempt - 1).update(
-        attempts=attempt, next_attempt_at=started + ATTEMPT_LEASE)
+        attempts=attempt, next_attempt_at=started + ATTEMPT_LEASE
+    )
     if not claimed:
         return None
     delivery = Delivery.objects.select_related("webhook").get(pk=delivery_id)
@@ -231,14 +293,25 @@ def delivery_attempt(*, delivery_id: int, attempt: int = 1) -> int | None:
         body = delivery_body(delivery)
         timestamp = int(started.timestamp())
         headers = {
-            "Content-Type": "application/json", "User-Agent": "GPU-Portal-Webhooks/1",
+            "Content-Type": "application/json",
+            "User-Agent": "GPU-Portal-Webhooks/1",
             # webhook-id is the event id: the same on every retry and redelivery, for receivers to dedupe.
-            **signing.delivery_headers(secret=webhook.secret, event=delivery.event, message_id=str(delivery.event_id),
-                                       timestamp=timestamp, body=body),
+            **signing.delivery_headers(
+                secret=webhook.secret,
+                event=delivery.event,
+                message_id=str(delivery.event_id),
+                timestamp=timestamp,
+                body=body,
+            ),
         }
         try:
-            answer = outbound.post(webhook.url, body=body, headers=headers, timeout=TIMEOUT_SECONDS,
-                                   allow_private=settings.PORTAL_WEBHOOK_ALLOW_PRIVATE)
+            answer = outbound.post(
+                webhook.url,
+                body=body,
+                headers=headers,
+                timeout=TIMEOUT_SECONDS,
+                allow_private=settings.PORTAL_WEBHOOK_ALLOW_PRIVATE,
+            )
         except outbound.OutboundError as exc:
             error = str(exc)
         else:
@@ -264,11 +337,18 @@ def delivery_redeliver(*, actor, delivery: Delivery) -> Delivery:
     webhook = delivery.webhook
     require_manager(actor, webhook.department)
     if delivery.status == Delivery.Status.PENDING:
-        raise Conflict(_("Delivery %(id)s is still being attempted; wait for it to succeed or fail.") % {"id": delivery.pk})
+        raise Conflict(
+            _("Delivery %(id)s is still being attempted; wait for it to succeed or fail.") % {"id": delivery.pk}
+        )
     with transaction.atomic():
         again = _deliveries_create(webhooks=[webhook], event=delivery.event, payload=delivery.payload)[0]
-        _audit(actor=actor, action="webhook.redeliver", target=f"webhook {webhook.name}",
-               department=webhook.department, data={"delivery": delivery.pk, "event_id": str(delivery.event_id)})
+        _audit(
+            actor=actor,
+            action="webhook.redeliver",
+            target=f"webhook {webhook.name}",
+            department=webhook.department,
+            data={"delivery": delivery.pk, "event_id": str(delivery.event_id)},
+        )
     return again
 
 
@@ -276,10 +356,14 @@ def deliveries_reconcile(*, now: datetime | None = None) -> int:
     """Resend deliveries whose next attempt is overdue (their task was lost); drop log entries older than
     DELIVERY_LOG_DAYS that are over. Returns how many were resent."""
     now = now or timezone.now()
-    overdue = list(Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now - RECONCILE_GRACE)
-                   .order_by("next_attempt_at").values_list("pk", "attempts")[:500])
+    overdue = list(
+        Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now - RECONCILE_GRACE)
+        .order_by("next_attempt_at")
+        .values_list("pk", "attempts")[:500]
+    )
     for delivery_id, attempts in overdue:
         tasks.deliver.delay(delivery_id, attempts + 1)
     Delivery.objects.exclude(status=Delivery.Status.PENDING).filter(
-        created_at__lt=now - timedelta(days=DELIVERY_LOG_DAYS)).delete()
+        created_at__lt=now - timedelta(days=DELIVERY_LOG_DAYS)
+    ).delete()
     return len(overdue)

@@ -102,8 +102,9 @@ def legacy_signature(*, secret: str, timestamp: int, body: bytes) -> str:
     return LEGACY_SIGNATURE_PREFIX + digest
 
 
-def legacy_verify(*, secret: str, timestamp: str, body: bytes, header: str, now: float,
-                  window: int = REPLAY_WINDOW_SECONDS) -> bool:
+def legacy_verify(
+    *, secret: str, timestamp: str, body: bytes, header: str, now: float, window: int = REPLAY_WINDOW_SECONDS
+) -> bool:
     """Deprecated: what a receiver of X-Portal-Signature runs: a correct signature of a delivery sent within
     ``window`` seconds of ``now``."""
     try:

@@ -11,6 +11,7 @@ urlpatterns = [
     path("<int:webhook_id>/rotate-secret/", views.webhook_rotate_secret, name="webhook-rotate-secret"),
     path("<int:webhook_id>/ping/", views.webhook_ping, name="webhook-ping"),
     path("<int:webhook_id>/deliveries/", views.webhook_deliveries, name="webhook-deliveries"),
-    path("<int:webhook_id>/deliveries/<int:delivery_id>/redeliver/", views.delivery_redeliver,
-         name="webhook-redeliver"),
+    path(
+        "<int:webhook_id>/deliveries/<int:delivery_id>/redeliver/", views.delivery_redeliver, name="webhook-redeliver"
+    ),
 ]

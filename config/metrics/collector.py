@@ -1,7 +1,13 @@
-"""The portal's metrics, built at every scrape from the database (selectors.py)."""
+"""The portal's metrics, built at every scrape from the database (selectors.py).
+
+Names follow https://prometheus.io/docs/practices/naming/: the unit last and plural (``_gpus``, ``_jobs``,
+``_seconds``), ``_total`` only on counters (prometheus_client adds it to a counter's samples), histograms with
+their ``_bucket``, ``_sum`` and ``_count``. RENAMED lists the names of earlier releases.
+"""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from itertools import accumulate
 
@@ -18,9 +24,98 @@ VARIANT = ["deployment", "variant"]
 # traffic.LATENCY_BUCKETS_MS are upper bounds with counts[i] in (bound[i-1], bound[i]]: Prometheus' "le"
 # buckets exactly; the one count more is "over 60 s" (+Inf).
 LATENCY_BOUNDS_S = [f"{ms / 1000:g}" for ms in traffic.LATENCY_BUCKETS_MS] + ["+Inf"]
+# What one answer of each bucket adds to the histogram's _sum: the geometric middle of its bounds (half the
+# first bound for the first bucket; 60 s for "over 60 s"). The routers keep bucket counts only.
+_LATENCY_MIDDLES_S = [
+    (math.sqrt(low * high) if low else high / 2) / 1000
+    for low, high in zip((0.0, *traffic.LATENCY_BUCKETS_MS[:-1]), traffic.LATENCY_BUCKETS_MS)
+] + [traffic.LATENCY_BUCKETS_MS[-1] / 1000]
+ADMISSION_WAIT_BOUNDS_S = selectors.ADMISSION_WAIT_BOUNDS_S
+
+# Families: (kind, name, help, labels). A counter's name is without _total: its samples get it.
+FAMILIES = {
+    "pool": (GaugeMetricFamily, "portal_pool_gpus", "GPUs of the pool (nodes x GPUs per node).", POOL),
+    "nominal": (
+        GaugeMetricFamily,
+        "portal_quota_nominal_gpus",
+        "GPUs guaranteed to the department (its quota's nominal).",
+        QUOTA,
+    ),
+    "allocated": (
+        GaugeMetricFamily,
+        "portal_allocated_gpus",
+        "GPUs held by the department's admitted, starting and running jobs.",
+        QUOTA,
+    ),
+    "borrowed": (
+        GaugeMetricFamily,
+        "portal_borrowed_gpus",
+        "GPUs the department holds above its nominal (idle capacity of others).",
+        QUOTA,
+    ),
+    "queued": (GaugeMetricFamily, "portal_queue_jobs", "Jobs waiting for admission.", QUOTA),
+    "oldest": (
+        GaugeMetricFamily,
+        "portal_queue_oldest_wait_seconds",
+        "How long the longest-waiting queued job has waited so far.",
+        QUOTA,
+    ),
+    "mean": (GaugeMetricFamily, "portal_queue_mean_wait_seconds", "Mean wait so far of the jobs still queued.", QUOTA),
+    "admissions": (CounterMetricFamily, "portal_admissions", "Admissions (a job's gang reserved and placed).", QUOTA),
+    "waits": (
+        HistogramMetricFamily,
+        "portal_admission_wait_time_seconds",
+        (
+            "How long admitted jobs waited: from the job's submission, or its re-queue after a preemption, to its "
+            "admission. One observation per admission."
+        ),
+        QUOTA,
+    ),
+    "preemptions": (
+        CounterMetricFamily,
+        "portal_preemptions",
+        "Preemptions by reason (reclaim, priority, service, move).",
+        [*QUOTA, "reason"],
+    ),
+    "finished": (
+        CounterMetricFamily,
+        "portal_jobs_finished",
+        "Jobs that ended, by final status.",
+        ["department", "status"],
+    ),
+    "requests": (CounterMetricFamily, "portal_router_requests", "Requests the router sent to the variant.", VARIANT),
+    "errors": (CounterMetricFamily, "portal_router_errors", "Requests to the variant that failed.", VARIANT),
+    "latency": (
+        HistogramMetricFamily,
+        "portal_router_latency_seconds",
+        (
+            "Latency of the variant's answers through the router. The buckets are exact; _sum is estimated "
+            "from them (each answer at its bucket's geometric middle, over 60 s at 60 s): the routers keep "
+            "bucket counts only."
+        ),
+        VARIANT,
+    ),
+}
+
+# Old name -> new name, for dashboards (README "Metrics").
+RENAMED = {
+    "portal_gpus_total": "portal_pool_gpus",
+    "portal_gpus_nominal": "portal_quota_nominal_gpus",
+    "portal_gpus_allocated": "portal_allocated_gpus",
+    "portal_gpus_borrowed": "portal_borrowed_gpus",
+}
+
+
+def family(key: str):
+    kind, name, documentation, labels = FAMILIES[key]
+    return kind(name, documentation, labels=labels)
 
 
 class PortalCollector(Collector):
+    def describe(self):
+        # The names without a database read: the registry checks them against its other collectors'.
+        return [family(key) for key in FAMILIES]
+
     def collect(self):
         pools = selectors.pools()
         names = {pool.pk: [pool.cluster.name, pool.gpu_type] for pool in pools}
@@ -29,23 +124,20 @@ class PortalCollector(Collector):
         def quota_labels(department_id: int, pool_id: int) -> list[str]:
             return [*names[pool_id], slugs[department_id]]
 
-        total = GaugeMetricFamily("portal_gpus_total", "GPUs of the pool (nodes x GPUs per node).", labels=POOL)
+        capacity = family("pool")
         for pool in pools:
-            total.add_metric(names[pool.pk], pool.total)
-        yield total
+            capacity.add_metric(names[pool.pk], pool.total)
+        yield capacity
         nominal = selectors.nominal_gpus()
         yield from _quota_gauges(nominal, selectors.gpus_held(), quota_labels)
         yield from _queue_gauges(nominal, selectors.queued_since(), quota_labels)
+        yield from _admissions(selectors.admissions(), quota_labels)
         yield from _event_counters(quota_labels, slugs)
         yield from _router_metrics(selectors.variant_stats())
 
 
 def _quota_gauges(nominal, held, quota_labels):
-    families = {
-        "nominal": GaugeMetricFamily("portal_gpus_nominal", "GPUs guaranteed to the department (its quota's nominal).", labels=QUOTA),
-        "allocated": GaugeMetricFamily("portal_gpus_allocated", "GPUs held by the department's admitted, starting and running jobs.", labels=QUOTA),
-        "borrowed": GaugeMetricFamily("portal_gpus_borrowed", "GPUs the department holds above its nominal (idle capacity of others).", labels=QUOTA),
-    }
+    families = {key: family(key) for key in ("nominal", "allocated", "borrowed")}
     for key in sorted(set(nominal) | set(held)):
         labels = quota_labels(*key)
         families["nominal"].add_metric(labels, nominal.get(key, 0))
@@ -59,9 +151,7 @@ def _queue_gauges(nominal, queued, quota_labels):
     waits: dict[tuple[int, int], list[float]] = defaultdict(list)
     for department_id, pool_id, since in queued:
         waits[(department_id, pool_id)].append(max(0.0, (now - since).total_seconds()))
-    jobs = GaugeMetricFamily("portal_queue_jobs", "Jobs waiting for admission.", labels=QUOTA)
-    oldest = GaugeMetricFamily("portal_queue_oldest_wait_seconds", "How long the longest-waiting queued job has waited.", labels=QUOTA)
-    mean = GaugeMetricFamily("portal_queue_mean_wait_seconds", "Mean wait of the queued jobs so far.", labels=QUOTA)
+    jobs, oldest, mean = family("queued"), family("oldest"), family("mean")
     for key in sorted(set(nominal) | set(waits)):  # every quota, so an empty queue reads 0 rather than nothing
         jobs.add_metric(quota_labels(*key), len(waits.get(key, ())))
     for key, seconds in sorted(waits.items()):
@@ -70,32 +160,35 @@ def _queue_gauges(nominal, queued, quota_labels):
     yield from (jobs, oldest, mean)
 
 
+def _admissions(rows: dict[selectors.Key, selectors.Waits], quota_labels):
+    """The admissions counter and the wait histogram, from the same rows: its _count is the counter."""
+    admissions, waits = family("admissions"), family("waits")
+    bounds = [f"{seconds:g}" for seconds in ADMISSION_WAIT_BOUNDS_S] + ["+Inf"]
+    for key, row in sorted(rows.items()):
+        labels = quota_labels(*key)
+        admissions.add_metric(labels, row.count)
+        waits.add_metric(labels, list(zip(bounds, [*row.at_most, row.count])), sum_value=row.seconds)
+    yield from (admissions, waits)
+
+
 def _event_counters(quota_labels, slugs):
-    admissions = CounterMetricFamily("portal_admissions", "Admissions (a job's gang reserved and placed).", labels=QUOTA)
-    for key, count in sorted(selectors.admissions().items()):
-        admissions.add_metric(quota_labels(*key), count)
-    yield admissions
-    preemptions = CounterMetricFamily("portal_preemptions", "Preemptions by reason (reclaim, priority, service, move).",
-                                      labels=[*QUOTA, "reason"])
+    preemptions = family("preemptions")
     for (department_id, pool_id, reason), count in sorted(selectors.preemptions().items()):
         preemptions.add_metric([*quota_labels(department_id, pool_id), reason], count)
     yield preemptions
-    finished = CounterMetricFamily("portal_jobs_finished", "Jobs that ended, by final status.", labels=["department", "status"])
+    finished = family("finished")
     for (department_id, status), count in sorted(selectors.jobs_finished().items()):
         finished.add_metric([slugs[department_id], status], count)
     yield finished
 
 
 def _router_metrics(rows):
-    requests = CounterMetricFamily("portal_router_requests", "Requests the router sent to the variant.", labels=VARIANT)
-    errors = CounterMetricFamily("portal_router_errors", "Requests to the variant that failed.", labels=VARIANT)
-    # The routers keep bucket counts only, so there is no _sum: use histogram_quantile() on the buckets.
-    latency = HistogramMetricFamily("portal_router_latency_seconds", "Latency of the variant's answers through the router.",
-                                    labels=VARIANT)
+    requests, errors, latency = family("requests"), family("errors"), family("latency")
     for stats in rows:
         labels = [stats.variant.deployment.name, stats.variant.name]
         requests.add_metric(labels, stats.requests)
         errors.add_metric(labels, stats.errors)
         counts = traffic.merge(stats.latency_counts, [])  # padded to the full histogram
-        latency.add_metric(labels, list(zip(LATENCY_BOUNDS_S, accumulate(counts))), sum_value=None)
+        estimate = sum(count * middle for count, middle in zip(counts, _LATENCY_MIDDLES_S))
+        latency.add_metric(labels, list(zip(LATENCY_BOUNDS_S, accumulate(counts))), sum_value=estimate)
     yield from (requests, errors, latency)

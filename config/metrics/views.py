@@ -8,14 +8,15 @@ import ipaddress
 from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
-from prometheus_client import CollectorRegistry
+from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 
 from config.metrics.collector import PortalCollector
 
-# Only the portal's own figures: the default registry's process and GC metrics describe one process
-# of many and would disagree between scrapes that reach different web processes.
-registry = CollectorRegistry(auto_describe=False)
+# One registry, prometheus_client's default: django-prometheus's HTTP and database metrics (middleware and
+# database backends in settings) are recorded there, beside its process and Python metrics, and the portal's
+# collector joins them. Those are per process; the portal's own are read from the database (README "Metrics").
+registry = REGISTRY
 registry.register(PortalCollector())
 
 
@@ -40,8 +41,11 @@ def _refused(request) -> HttpResponse | None:
         return response
     if _allowed_address(request.META.get("REMOTE_ADDR", "")):
         return None
-    return HttpResponse("Metrics are served to the networks in PORTAL_METRICS_ALLOW or with PORTAL_METRICS_TOKEN.\n",
-                        status=403, content_type="text/plain")
+    return HttpResponse(
+        "Metrics are served to the networks in PORTAL_METRICS_ALLOW or with PORTAL_METRICS_TOKEN.\n",
+        status=403,
+        content_type="text/plain",
+    )
 
 
 def _allowed_address(remote: str) -> bool:

@@ -224,8 +224,15 @@ def main(argv: list[str] | None = None) -> int:
         """Say and write down how many epochs this run trained, and how many the job has in total."""
         trained = epochs_done - epochs_at_start
         say(f"trained {trained} epoch{'s' if trained != 1 else ''} in this run, {epochs_done}/{args.epochs} in total")
-        summary = {"rank": rank, "run_index": run_index, "resumed": resumed_run, "epochs_this_run": trained,
-                   "epochs_total": epochs_done, "epochs": args.epochs, "finished": epochs_done == args.epochs}
+        summary = {
+            "rank": rank,
+            "run_index": run_index,
+            "resumed": resumed_run,
+            "epochs_this_run": trained,
+            "epochs_total": epochs_done,
+            "epochs": args.epochs,
+            "finished": epochs_done == args.epochs,
+        }
         name = SUMMARY if rank == 0 else f"train-summary-{rank}.json"
         (output_dir / name).write_text(json.dumps(summary, indent=2) + "\n")
 

@@ -61,14 +61,23 @@ class JobSpec:
 
 # Phases an executor reports. "starting" covers fetching code and installing
 # requirements; the three endings and "lost" are final.
-STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = "starting", "running", "succeeded", "failed", "cancelled", "lost"
+STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
+    "starting",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "lost",
+)
 FINAL_PHASES = frozenset({SUCCEEDED, FAILED, CANCELLED, LOST})
 
 
 @dataclass(frozen=True)
 class ObservedState:
     phase: str  # one of the phases above
-    reason: str = ""  # machine-readable: clone_failed, install_failed, worker_failed, deadline_exceeded, cancelled, lost ...
+    reason: str = (
+        ""  # machine-readable: clone_failed, install_failed, worker_failed, deadline_exceeded, cancelled, lost ...
+    )
     message: str = ""  # for a person: what happened, with the last lines of output on failure
     exit_code: int | None = None
     commit: str | None = None  # resolved commit SHA of the code, once fetched

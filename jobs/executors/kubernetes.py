@@ -55,8 +55,12 @@ CANCEL_ANNOTATION = "portal/cancel-requested"
 
 # --------------------------------------------------------------------------------------- executor
 
-JOB_KINDS = (("kubeflow.org/v1", "PyTorchJob"), ("kubeflow.org/v1", "TFJob"), ("kubeflow.org/v2beta1", "MPIJob"),
-             ("batch/v1", "Job"))
+JOB_KINDS = (
+    ("kubeflow.org/v1", "PyTorchJob"),
+    ("kubeflow.org/v1", "TFJob"),
+    ("kubeflow.org/v2beta1", "MPIJob"),
+    ("batch/v1", "Job"),
+)
 FETCH, INSTALL = "fetch-code", "install-requirements"  # init container names (manifests.py)
 COMMIT_LINE = re.compile(r"^\[portal\] code at commit ([0-9a-f]{7,64})\s*$", re.MULTILINE)
 SELECTOR_CHUNK = 50  # job ids per label selector
@@ -102,7 +106,9 @@ class KubernetesExecutor:
         except ManifestError as exc:
             raise ExecutorError(str(exc), permanent=True) from exc
         except ManifestInvalid as exc:  # a bug of the portal: retrying cannot help
-            raise ExecutorError(f"The portal built invalid manifests for job {job.job_id}: {exc}", permanent=True) from exc
+            raise ExecutorError(
+                f"The portal built invalid manifests for job {job.job_id}: {exc}", permanent=True
+            ) from exc
         self._prepare(job.department)
         for manifest in manifests:
             self.kube.create(manifest)
@@ -129,9 +135,15 @@ class KubernetesExecutor:
         except ManifestInvalid as exc:  # a bug of the portal: retrying cannot help
             raise ExecutorError(f"The portal built an invalid {manifest['kind']}: {exc}", permanent=True) from exc
         found, created = self.kube.create(manifest)
-        if not created and manifest["kind"] in ("ResourceQuota", "NetworkPolicy") and found.get("spec") != manifest["spec"]:
+        if (
+            not created
+            and manifest["kind"] in ("ResourceQuota", "NetworkPolicy")
+            and found.get("spec") != manifest["spec"]
+        ):
             meta = manifest["metadata"]
-            self.kube.patch(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"], {"spec": manifest["spec"]})
+            self.kube.patch(
+                manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"], {"spec": manifest["spec"]}
+            )
 
     # -- reading back
 
@@ -141,7 +153,7 @@ class KubernetesExecutor:
         jobs: dict[str, dict] = {}
         pods: dict[str, list[dict]] = {}
         for start in range(0, len(ids), SELECTOR_CHUNK):
-            selector = f"{JOB_ID_LABEL} in ({','.join(ids[start:start + SELECTOR_CHUNK])})"
+            selector = f"{JOB_ID_LABEL} in ({','.join(ids[start : start + SELECTOR_CHUNK])})"
             for api_version, kind in JOB_KINDS:
                 try:
                     items, _ = self.kube.list(api_version, kind, labels=selector)
@@ -169,43 +181,75 @@ class KubernetesExecutor:
         if "Complete" in conditions:  # batch/v1 Job
             conditions["Succeeded"] = conditions["Complete"]
         pods = sorted(pods, key=worker_of)
-        starts = [_epoch(s["state"].get("running", s["state"].get("terminated", {})).get("startedAt"))
-                  for pod in pods for s in (pod.get("status") or {}).get("containerStatuses") or []
-                  if "running" in s["state"] or "terminated" in s["state"]]
+        starts = [
+            _epoch(s["state"].get("running", s["state"].get("terminated", {})).get("startedAt"))
+            for pod in pods
+            for s in (pod.get("status") or {}).get("containerStatuses") or []
+            if "running" in s["state"] or "terminated" in s["state"]
+        ]
         started = min((s for s in starts if s), default=None)
         common = {"commit": self._commit(job_id, pods), "started_at": started}
         ended = status.get("completionTime") or next(
-            (c.get("lastTransitionTime") for t, c in conditions.items() if t in ("Failed", "Succeeded")), None)
+            (c.get("lastTransitionTime") for t, c in conditions.items() if t in ("Failed", "Succeeded")), None
+        )
         finished = _epoch(ended)
 
         if obj["metadata"].get("deletionTimestamp"):  # cancelled or collected: not final until it is gone
-            return ObservedState(phase=RUNNING if started else STARTING, reason="stopping",
-                                 message="Stopping: the job's pods are being deleted.", **common)
+            return ObservedState(
+                phase=RUNNING if started else STARTING,
+                reason="stopping",
+                message="Stopping: the job's pods are being deleted.",
+                **common,
+            )
         lost = next((p for p in pods if (p.get("status") or {}).get("reason") in LOST_POD_REASONS), None)
         if lost and "Succeeded" not in conditions:
-            return ObservedState(phase=LOST, reason="lost", finished_at=finished or time.time(), **common,
-                                 message=f"Worker {worker_of(lost)} was lost: {lost['status'].get('message') or lost['status']['reason']}")
+            return ObservedState(
+                phase=LOST,
+                reason="lost",
+                finished_at=finished or time.time(),
+                **common,
+                message=f"Worker {worker_of(lost)} was lost: {lost['status'].get('message') or lost['status']['reason']}",
+            )
         if "Failed" in conditions:
             return self._failure(conditions["Failed"], pods, finished, common)
         if "Succeeded" in conditions:
-            return ObservedState(phase=SUCCEEDED, reason="completed", exit_code=0, finished_at=finished,
-                                 message=conditions["Succeeded"].get("message", ""), **common)
+            return ObservedState(
+                phase=SUCCEEDED,
+                reason="completed",
+                exit_code=0,
+                finished_at=finished,
+                message=conditions["Succeeded"].get("message", ""),
+                **common,
+            )
         for kind in ("Suspended", "Restarting"):
             if kind in conditions:
-                return ObservedState(phase=STARTING, reason=kind.lower(), message=conditions[kind].get("message", ""), **common)
+                return ObservedState(
+                    phase=STARTING, reason=kind.lower(), message=conditions[kind].get("message", ""), **common
+                )
         running = bool(pods) and all(
-            all("running" in s["state"] or "terminated" in s["state"] for s in (p.get("status") or {}).get("containerStatuses") or [{}])
-            for p in pods)
+            all(
+                "running" in s["state"] or "terminated" in s["state"]
+                for s in (p.get("status") or {}).get("containerStatuses") or [{}]
+            )
+            for p in pods
+        )
         if "Running" in conditions and running or (obj["kind"] == "Job" and running and status.get("active")):
-            return ObservedState(phase=RUNNING, reason="running", message=conditions.get("Running", {}).get("message", ""), **common)
+            return ObservedState(
+                phase=RUNNING, reason="running", message=conditions.get("Running", {}).get("message", ""), **common
+            )
         message = conditions.get("Created", {}).get("message", "") or "Waiting for the cluster to start the pods."
         return ObservedState(phase=STARTING, reason="starting", message=message, **common)
 
     def _failure(self, condition: dict, pods: list[dict], finished: float | None, common: dict) -> ObservedState:
         message = condition.get("message", "")
         if condition.get("reason") == "DeadlineExceeded" or "deadline" in message.lower():
-            return ObservedState(phase=FAILED, reason="deadline_exceeded", finished_at=finished, **common,
-                                 message=message or "The job ran longer than its maximum runtime.")
+            return ObservedState(
+                phase=FAILED,
+                reason="deadline_exceeded",
+                finished_at=finished,
+                **common,
+                message=message or "The job ran longer than its maximum runtime.",
+            )
         for pod in pods:
             for init in (pod.get("status") or {}).get("initContainerStatuses") or []:
                 code = init["state"].get("terminated", {}).get("exitCode")
@@ -213,9 +257,19 @@ class KubernetesExecutor:
                     reason = {FETCH: "clone_failed", INSTALL: "install_failed"}.get(init["name"], "setup_failed")
                     meta = pod["metadata"]
                     output = self.kube.pod_log(meta["namespace"], meta["name"], container=init["name"])
-                    text = _tail(output) or init["state"]["terminated"].get("message", "") or f"{init['name']} exited with code {code}"
-                    return ObservedState(phase=FAILED, reason=reason, message=text, exit_code=code, finished_at=finished,
-                                         **{**common, "started_at": None})
+                    text = (
+                        _tail(output)
+                        or init["state"]["terminated"].get("message", "")
+                        or f"{init['name']} exited with code {code}"
+                    )
+                    return ObservedState(
+                        phase=FAILED,
+                        reason=reason,
+                        message=text,
+                        exit_code=code,
+                        finished_at=finished,
+                        **{**common, "started_at": None},
+                    )
         for pod in pods:
             for main in (pod.get("status") or {}).get("containerStatuses") or []:
                 code = main["state"].get("terminated", {}).get("exitCode")
@@ -223,8 +277,14 @@ class KubernetesExecutor:
                     meta = pod["metadata"]
                     output = _tail(self.kube.pod_log(meta["namespace"], meta["name"], container=main["name"]))
                     text = f"worker {worker_of(pod)} exited with code {code}" + (f":\n{output}" if output else ".")
-                    return ObservedState(phase=FAILED, reason="worker_failed", message=text, exit_code=code,
-                                         finished_at=finished, **common)
+                    return ObservedState(
+                        phase=FAILED,
+                        reason="worker_failed",
+                        message=text,
+                        exit_code=code,
+                        finished_at=finished,
+                        **common,
+                    )
         return ObservedState(phase=FAILED, reason="failed", message=message, finished_at=finished, **common)
 
     def _commit(self, job_id: str, pods: list[dict]) -> str | None:
@@ -252,8 +312,13 @@ class KubernetesExecutor:
         meta = obj["metadata"]
         stamp = datetime.now().astimezone().isoformat(timespec="seconds")
         try:
-            self.kube.patch(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"],
-                            {"metadata": {"annotations": {CANCEL_ANNOTATION: stamp}}})
+            self.kube.patch(
+                obj["apiVersion"],
+                obj["kind"],
+                meta["namespace"],
+                meta["name"],
+                {"metadata": {"annotations": {CANCEL_ANNOTATION: stamp}}},
+            )
         except KubeError as exc:
             if exc.status != 404:
                 raise
@@ -279,7 +344,9 @@ class KubernetesExecutor:
         deleted = []
         for api_version, kind in JOB_KINDS:
             try:
-                items, _ = self.kube.list(api_version, kind, labels=f"app.kubernetes.io/managed-by={MANAGED_BY},{JOB_ID_LABEL}")
+                items, _ = self.kube.list(
+                    api_version, kind, labels=f"app.kubernetes.io/managed-by={MANAGED_BY},{JOB_ID_LABEL}"
+                )
             except KubeError as exc:
                 if exc.status == 404:
                     continue
@@ -303,17 +370,26 @@ class JobWatcher:
     every one listed, as changes during the gap are unknown). One thread per kind while ``run`` runs.
     """
 
-    def __init__(self, kube: Kube, kinds: Iterable[tuple[str, str]] = (*JOB_KINDS, ("v1", "Pod")), *,
-                 on_change: Callable[[str], None], timeout_seconds: int = 60, backoff_seconds: float = 1,
-                 max_backoff_seconds: float = 60):
+    def __init__(
+        self,
+        kube: Kube,
+        kinds: Iterable[tuple[str, str]] = (*JOB_KINDS, ("v1", "Pod")),
+        *,
+        on_change: Callable[[str], None],
+        timeout_seconds: int = 60,
+        backoff_seconds: float = 1,
+        max_backoff_seconds: float = 60,
+    ):
         self.kube, self.kinds, self.on_change = kube, tuple(kinds), on_change
         self.timeout, self.backoff, self.max_backoff = timeout_seconds, backoff_seconds, max_backoff_seconds
         self.lists = 0  # how many times a kind was (re-)listed, for tests and logs
         self._lock = threading.Lock()
 
     def run(self, stop: threading.Event) -> None:
-        threads = [threading.Thread(target=self.run_kind, args=(api_version, kind, stop), daemon=True,
-                                    name=f"watch-{kind}") for api_version, kind in self.kinds]
+        threads = [
+            threading.Thread(target=self.run_kind, args=(api_version, kind, stop), daemon=True, name=f"watch-{kind}")
+            for api_version, kind in self.kinds
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -332,8 +408,9 @@ class JobWatcher:
                         self.lists += 1
                     for job_id in sorted({item["metadata"]["labels"][JOB_ID_LABEL] for item in items}):
                         self.on_change(job_id)
-                for _, obj in self.kube.watch(api_version, kind, labels=selector, resource_version=version,
-                                              timeout_seconds=self.timeout):
+                for _, obj in self.kube.watch(
+                    api_version, kind, labels=selector, resource_version=version, timeout_seconds=self.timeout
+                ):
                     version = obj["metadata"].get("resourceVersion") or version
                     job_id = (obj["metadata"].get("labels") or {}).get(JOB_ID_LABEL)
                     if job_id:

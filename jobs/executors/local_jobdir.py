@@ -103,7 +103,10 @@ class JobDir:
     def launcher_groups(self) -> dict[int, int]:
         """rank -> process group of each worker, as the launcher recorded them (trusted mode only)."""
         try:
-            return {int(rank): int(pgid) for rank, pgid in json.loads(read_small(self.exits / "groups.json") or "{}").items()}
+            return {
+                int(rank): int(pgid)
+                for rank, pgid in json.loads(read_small(self.exits / "groups.json") or "{}").items()
+            }
         except (ValueError, TypeError, AttributeError):
             return {}
 

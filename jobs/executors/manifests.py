@@ -68,9 +68,24 @@ fi
 _ENV_UNSAFE = re.compile(r"[^A-Z0-9]")
 _JOB_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")  # a label value; also a safe subPath
 _RESERVED = {
-    "PORTAL_JOB_ID", "PORTAL_JOB_NAME", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG",
-    "CUDA_VISIBLE_DEVICES", "PORTAL_GPU_FRACTION", "TENSORBOARD_LOG_DIR", "PORTAL_OUTPUT_DIR", "PYTHONPATH",
-    "NVIDIA_VISIBLE_DEVICES", "PYTHONUNBUFFERED", "PORTAL_CHECKPOINT_DIR", "PORTAL_RUN_INDEX", "PORTAL_RESUMED",
+    "PORTAL_JOB_ID",
+    "PORTAL_JOB_NAME",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TF_CONFIG",
+    "CUDA_VISIBLE_DEVICES",
+    "PORTAL_GPU_FRACTION",
+    "TENSORBOARD_LOG_DIR",
+    "PORTAL_OUTPUT_DIR",
+    "PYTHONPATH",
+    "NVIDIA_VISIBLE_DEVICES",
+    "PYTHONUNBUFFERED",
+    "PORTAL_CHECKPOINT_DIR",
+    "PORTAL_RUN_INDEX",
+    "PORTAL_RESUMED",
 }
 
 
@@ -94,7 +109,7 @@ def resource_name(job: JobSpec) -> str:
     if not base or not base[0].isalpha():
         base = f"job-{base}".rstrip("-")
     room = MAX_NAME - len(job_id) - 1
-    return f"{base[:max(room, 1)].rstrip('-')}-{job_id}"[:MAX_NAME].rstrip("-")
+    return f"{base[: max(room, 1)].rstrip('-')}-{job_id}"[:MAX_NAME].rstrip("-")
 
 
 def job_tensorboard_subpath(job_key: str) -> str:
@@ -127,8 +142,11 @@ def output_subpath(job_id: str) -> str:
 def job_volume_layout(job: JobSpec) -> dict[str, str]:
     """Mount path -> subPath of the job volume for one run of ``job``."""
     key = job_key(job)
-    return {TENSORBOARD_DIR: tensorboard_run_subpath(key, job.run_index), OUTPUT_DIR: output_subpath(job.job_id),
-            CHECKPOINT_DIR: checkpoint_subpath(key)}
+    return {
+        TENSORBOARD_DIR: tensorboard_run_subpath(key, job.run_index),
+        OUTPUT_DIR: output_subpath(job.job_id),
+        CHECKPOINT_DIR: checkpoint_subpath(key),
+    }
 
 
 def job_key(job: JobSpec) -> str:
@@ -141,8 +159,14 @@ def labels(job: JobSpec) -> dict[str, str]:
 
 
 def job_manifests(
-    job: JobSpec, placement: Placement, cluster: ClusterSettings, *, gpu_type: str | None = None,
-    priority: str | None = None, tensorboard: bool | None = None, commit: str | None = None,
+    job: JobSpec,
+    placement: Placement,
+    cluster: ClusterSettings,
+    *,
+    gpu_type: str | None = None,
+    priority: str | None = None,
+    tensorboard: bool | None = None,
+    commit: str | None = None,
 ) -> list[dict[str, Any]]:
     """The manifests that run ``job``: one PyTorchJob / TFJob / MPIJob / batch Job.
 
@@ -153,16 +177,24 @@ def job_manifests(
     an emptyDir that no board reads instead of the job volume.
     """
     if not _JOB_ID.match(job.job_id):
-        raise ManifestError(f"Job id {job.job_id!r} cannot label Kubernetes objects (1-63 letters, digits, '-', '_', '.').")
+        raise ManifestError(
+            f"Job id {job.job_id!r} cannot label Kubernetes objects (1-63 letters, digits, '-', '_', '.')."
+        )
     if not _JOB_ID.match(job_key(job)) or job.run_index < 0:
-        raise ManifestError(f"Job key {job.job_key!r} / run index {job.run_index} cannot name folders on the job volume.")
+        raise ManifestError(
+            f"Job key {job.job_key!r} / run index {job.run_index} cannot name folders on the job volume."
+        )
     if len(placement.workers) != job.workers:
         raise ManifestError(f"Job {job.job_id} has {job.workers} workers but a placement for {len(placement.workers)}.")
     kind = kind_for(job)
     name = resource_name(job)
     pod = _PodBuilder(
-        job, cluster, gpu_type=job.gpu_type if gpu_type is None else gpu_type,
-        priority=job.priority if priority is None else priority, commit=commit or job.commit, name=name,
+        job,
+        cluster,
+        gpu_type=job.gpu_type if gpu_type is None else gpu_type,
+        priority=job.priority if priority is None else priority,
+        commit=commit or job.commit,
+        name=name,
         tensorboard=job.tensorboard if tensorboard is None else tensorboard,
     )
     metadata = {"name": name, "namespace": cluster.namespace(job.department), "labels": labels(job)}
@@ -182,12 +214,19 @@ def job_manifests(
         spec: dict[str, Any] = {"nprocPerNode": "1", "pytorchReplicaSpecs": specs, "runPolicy": run_policy}
         return [{"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": metadata, "spec": spec}]
     if kind == "TFJob":
-        spec = {"tfReplicaSpecs": {"Worker": replica(job.workers, pod.template("tensorflow", kind))}, "runPolicy": run_policy}
+        spec = {
+            "tfReplicaSpecs": {"Worker": replica(job.workers, pod.template("tensorflow", kind))},
+            "runPolicy": run_policy,
+        }
         return [{"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": metadata, "spec": spec}]
     if kind == "MPIJob":
         spec = {
-            "slotsPerWorker": 1, "runLauncherAsWorker": False, "sshAuthMountPath": cluster.mpi_ssh_auth_mount_path,
-            "mpiImplementation": "OpenMPI", "launcherCreationPolicy": "WaitForWorkersReady", "runPolicy": run_policy,
+            "slotsPerWorker": 1,
+            "runLauncherAsWorker": False,
+            "sshAuthMountPath": cluster.mpi_ssh_auth_mount_path,
+            "mpiImplementation": "OpenMPI",
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            "runPolicy": run_policy,
             "mpiReplicaSpecs": {
                 "Launcher": replica(1, pod.template("launcher", kind, gpus=False)),
                 "Worker": replica(job.workers, pod.template("worker", kind, command=["/usr/sbin/sshd", "-De"])),
@@ -214,13 +253,18 @@ class _PodBuilder:
     name: str
     tensorboard: bool
 
-    def template(self, container: str, kind: str, *, gpus: bool = True, command: list[str] | None = None) -> dict[str, Any]:
+    def template(
+        self, container: str, kind: str, *, gpus: bool = True, command: list[str] | None = None
+    ) -> dict[str, Any]:
         job, cluster = self.job, self.cluster
         gpu_count = job.gpus_per_worker if gpus else 0
         main = {
-            "name": container, "image": cluster.image(job.image), "workingDir": CODE_DIR,
+            "name": container,
+            "image": cluster.image(job.image),
+            "workingDir": CODE_DIR,
             "command": command or ["bash", "-c", job.command],
-            "env": self.env(kind, gpu_count), "volumeMounts": self.mounts(),
+            "env": self.env(kind, gpu_count),
+            "volumeMounts": self.mounts(),
             "resources": {"limits": self.gpu_limits(gpu_count)} if gpu_count else {},
             "securityContext": pod_security.container_security_context(),
         }
@@ -229,8 +273,11 @@ class _PodBuilder:
         elif kind == "TFJob":
             main["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT, "protocol": "TCP"}]
         spec = {
-            "initContainers": self.init_containers(), "containers": [main], "volumes": self.volumes(),
-            "terminationGracePeriodSeconds": job.grace_seconds, "enableServiceLinks": False,
+            "initContainers": self.init_containers(),
+            "containers": [main],
+            "volumes": self.volumes(),
+            "terminationGracePeriodSeconds": job.grace_seconds,
+            "enableServiceLinks": False,
             "automountServiceAccountToken": False,
             "securityContext": pod_security.pod_security_context(cluster.run_as_user, cluster.run_as_group),
         }
@@ -249,15 +296,19 @@ class _PodBuilder:
                 raise ManifestError(f"Above 1, a worker needs whole GPUs (asked for {gpus:g}).")
             return {cluster.gpu_resource: str(int(gpus))}
         if not cluster.shared_gpu_resource:
-            raise ManifestError(f"Cluster {cluster.cluster} has no shared-GPU resource configured "
-                                f"(shared_gpu_resource): ask for whole GPUs.")
+            raise ManifestError(
+                f"Cluster {cluster.cluster} has no shared-GPU resource configured "
+                f"(shared_gpu_resource): ask for whole GPUs."
+            )
         if cluster.shared_gpu_unit == "percent":
             amount = max(1, round(gpus * 100))
         else:
             memory = cluster.gpu_memory_gb.get(self.gpu_type)
             if not memory:
-                raise ManifestError(f"Cluster {cluster.cluster}: the GPU memory of {self.gpu_type} GPUs is not known "
-                                    f"(set the pool's GPU memory); it is needed for fractional GPUs.")
+                raise ManifestError(
+                    f"Cluster {cluster.cluster}: the GPU memory of {self.gpu_type} GPUs is not known "
+                    f"(set the pool's GPU memory); it is needed for fractional GPUs."
+                )
             amount = max(1, math.floor(gpus * memory * (1024 if cluster.shared_gpu_unit == "MiB" else 1)))
         limits = {cluster.shared_gpu_resource: str(amount)}
         if cluster.shared_gpu_with_gpu:
@@ -267,12 +318,19 @@ class _PodBuilder:
     def env(self, kind: str, gpus: float) -> list[dict[str, Any]]:
         job = self.job
         values = {**pod_security.scratch_env(), **{k: v for k, v in job.env.items() if k not in _RESERVED}}
-        values.update({
-            "PORTAL_JOB_ID": job.job_id, "PORTAL_JOB_NAME": job.name, "LOCAL_RANK": "0",
-            "CUDA_VISIBLE_DEVICES": ",".join(str(index) for index in range(math.ceil(gpus))),
-            "TENSORBOARD_LOG_DIR": TENSORBOARD_DIR, "PORTAL_OUTPUT_DIR": OUTPUT_DIR, "PYTHONPATH": PACKAGES_DIR,
-            "PORTAL_CHECKPOINT_DIR": CHECKPOINT_DIR, "PORTAL_RUN_INDEX": str(job.run_index),
-        })
+        values.update(
+            {
+                "PORTAL_JOB_ID": job.job_id,
+                "PORTAL_JOB_NAME": job.name,
+                "LOCAL_RANK": "0",
+                "CUDA_VISIBLE_DEVICES": ",".join(str(index) for index in range(math.ceil(gpus))),
+                "TENSORBOARD_LOG_DIR": TENSORBOARD_DIR,
+                "PORTAL_OUTPUT_DIR": OUTPUT_DIR,
+                "PYTHONPATH": PACKAGES_DIR,
+                "PORTAL_CHECKPOINT_DIR": CHECKPOINT_DIR,
+                "PORTAL_RUN_INDEX": str(job.run_index),
+            }
+        )
         if job.run_index > 0:
             values["PORTAL_RESUMED"] = "1"
         if kind != "PyTorchJob":  # the operator sets it there
@@ -285,8 +343,13 @@ class _PodBuilder:
             values["PORTAL_DATA_" + _ENV_UNSAFE.sub("_", mount.name.upper())] = mount.path
         rank = None
         if kind == "TFJob":
-            values.update({"WORLD_SIZE": str(job.workers), "MASTER_ADDR": f"{self.name}-worker-0", "MASTER_PORT": str(TF_PORT)})
-            rank = {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{REPLICA_INDEX_LABEL}']"}}}
+            values.update(
+                {"WORLD_SIZE": str(job.workers), "MASTER_ADDR": f"{self.name}-worker-0", "MASTER_PORT": str(TF_PORT)}
+            )
+            rank = {
+                "name": "RANK",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{REPLICA_INDEX_LABEL}']"}},
+            }
         elif kind == "MPIJob":
             values["WORLD_SIZE"] = str(job.workers)
         elif kind == "Job":
@@ -305,15 +368,24 @@ class _PodBuilder:
         # root filesystems are read-only like the main container's.
         mounts = [{"name": "workspace", "mountPath": WORKSPACE}, pod_security.scratch_mount()]
         fetch = {
-            "name": "fetch-code", "image": cluster.image(cluster.git_image), "command": ["sh", "-c", FETCH_SCRIPT],
-            "env": env(PORTAL_CODE_URL=job.code_url, PORTAL_CODE_REF=ref, GIT_TERMINAL_PROMPT="0",
-                       GIT_ALLOW_PROTOCOL=GIT_ALLOW_PROTOCOL),
-            "volumeMounts": mounts, "securityContext": pod_security.container_security_context(),
+            "name": "fetch-code",
+            "image": cluster.image(cluster.git_image),
+            "command": ["sh", "-c", FETCH_SCRIPT],
+            "env": env(
+                PORTAL_CODE_URL=job.code_url,
+                PORTAL_CODE_REF=ref,
+                GIT_TERMINAL_PROMPT="0",
+                GIT_ALLOW_PROTOCOL=GIT_ALLOW_PROTOCOL,
+            ),
+            "volumeMounts": mounts,
+            "securityContext": pod_security.container_security_context(),
         }
         install = {
-            "name": "install-requirements", "image": cluster.image(job.image),
+            "name": "install-requirements",
+            "image": cluster.image(job.image),
             "command": ["sh", "-c", INSTALL_SCRIPT, "install-requirements", *job.requirements],
-            "env": env(PIP_NO_INPUT="1"), "volumeMounts": mounts,
+            "env": env(PIP_NO_INPUT="1"),
+            "volumeMounts": mounts,
             "securityContext": pod_security.container_security_context(),
         }
         return [fetch, install]
@@ -329,13 +401,16 @@ class _PodBuilder:
             if mount.path.rstrip("/") == "/portal" or mount.path.startswith("/portal/"):
                 raise ManifestError(f"Storage {mount.name}: /portal is the portal's own; mount it elsewhere.")
             if mount.path.rstrip("/") == pod_security.SCRATCH_DIR:
-                raise ManifestError(f"Storage {mount.name}: {pod_security.SCRATCH_DIR} is the job's scratch space; mount it elsewhere.")
+                raise ManifestError(
+                    f"Storage {mount.name}: {pod_security.SCRATCH_DIR} is the job's scratch space; mount it elsewhere."
+                )
             mounts.append({"name": f"data-{index}", "mountPath": mount.path, "readOnly": mount.read_only})
         return mounts
 
     def volumes(self) -> list[dict[str, Any]]:
         volumes = [
-            {"name": "workspace", "emptyDir": {}}, pod_security.scratch_volume(),
+            {"name": "workspace", "emptyDir": {}},
+            pod_security.scratch_volume(),
             {"name": "job-volume", "persistentVolumeClaim": {"claimName": self.cluster.job_volume_pvc}},
             *([] if self.tensorboard else [{"name": "tensorboard", "emptyDir": {}}]),
         ]
@@ -351,10 +426,10 @@ class _PodBuilder:
             return self.cluster.storage_pvcs[storage]
         if source and not source.startswith("/"):
             return source  # a PVC storage: its claim name
-        raise ManifestError(f"Storage {storage} is a local path; cluster {self.cluster.cluster} needs a PVC for it "
-                            f"(add it to the cluster's storage_pvcs setting).")
+        raise ManifestError(
+            f"Storage {storage} is a local path; cluster {self.cluster.cluster} needs a PVC for it "
+            f"(add it to the cluster's storage_pvcs setting)."
+        )
 
 
 # ------------------------------------------------------------------------------ the department side
-
-

@@ -37,7 +37,7 @@ def _children_of(pid: int) -> list[int]:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 with open(f"/proc/{name}/stat", "rb") as f:
                     data = f.read()
-                if int(data[data.rindex(b")") + 2:].split()[1]) == pid:
+                if int(data[data.rindex(b")") + 2 :].split()[1]) == pid:
                     found.append(int(name))
     return found
 
@@ -66,8 +66,13 @@ def main(argv: list[str]) -> int:
     for worker in plan["workers"]:
         log_fds.add(worker["log_fd"])
         proc = subprocess.Popen(
-            ["bash", "-c", worker["command"]], cwd=worker["cwd"], env=worker["env"], stdin=subprocess.DEVNULL,
-            stdout=worker["log_fd"], stderr=subprocess.STDOUT, start_new_session=True,
+            ["bash", "-c", worker["command"]],
+            cwd=worker["cwd"],
+            env=worker["env"],
+            stdin=subprocess.DEVNULL,
+            stdout=worker["log_fd"],
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         workers[proc.pid] = (worker["rank"], proc)
         groups[worker["rank"]] = proc.pid

@@ -122,7 +122,7 @@ def local_files(lines: Iterable[str]) -> list[str]:
         except InvalidRequirement:
             continue
         if url and url.lower().startswith("file://"):
-            paths.append(url[len("file://"):])
+            paths.append(url[len("file://") :])
     return paths
 
 
@@ -133,9 +133,18 @@ def sandbox_path(host: str) -> str:
 class Envs:
     """The envs of one department under ``root``."""
 
-    def __init__(self, root: Path, *, python: str, builder: Builder, say: Callable[[str], None],
-                 checkpoint: Callable[[], None], uv: str | None = None, resolve_ttl: float = RESOLVE_TTL,
-                 owner: tuple[int, int] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        python: str,
+        builder: Builder,
+        say: Callable[[str], None],
+        checkpoint: Callable[[], None],
+        uv: str | None = None,
+        resolve_ttl: float = RESOLVE_TTL,
+        owner: tuple[int, int] | None = None,
+    ):
         self.root = root
         self.python = python
         self.builder = builder
@@ -169,7 +178,9 @@ class Envs:
         with open(self.root / f"{key}.lock", "a") as lock:
             self._lock(lock, key=key)
             if (env / COMPLETE).exists():
-                self.say(f"reusing cached environment {key[:12]}, built meanwhile by another job ({len(resolved)} packages)")
+                self.say(
+                    f"reusing cached environment {key[:12]}, built meanwhile by another job ({len(resolved)} packages)"
+                )
                 return env
             # A sandboxed build happens in a scratch folder renamed into place when complete; a build on the host
             # happens in place, since the paths written into the env's scripts must be the ones jobs use.
@@ -215,9 +226,21 @@ class Envs:
             self.say(f"resolving {len(lines)} requirements")
             work = self._at(scratch, WORK_AT)
             code, tail = self._run(
-                [self._uv_at(), "pip", "compile", "--python", self.python, "--no-header", "--no-annotate",
-                 "--quiet", f"{work}/requirements.in", "-o", f"{work}/resolved.txt"],
-                lines=lines, scratch=scratch,
+                [
+                    self._uv_at(),
+                    "pip",
+                    "compile",
+                    "--python",
+                    self.python,
+                    "--no-header",
+                    "--no-annotate",
+                    "--quiet",
+                    f"{work}/requirements.in",
+                    "-o",
+                    f"{work}/resolved.txt",
+                ],
+                lines=lines,
+                scratch=scratch,
             )
             if code != 0:
                 raise BuildFailed(f"resolving requirements failed (uv exit code {code}):\n{tail}")
@@ -240,11 +263,14 @@ class Envs:
         try:
             env_at = self._at(env, ENV_AT)
             if self.uv:
-                code, tail = self._run([self._uv_at(), "venv", "--quiet", "--python", self.python, env_at],
-                                       lines=lines, scratch=scratch, env_dir=env)
+                code, tail = self._run(
+                    [self._uv_at(), "venv", "--quiet", "--python", self.python, env_at],
+                    lines=lines,
+                    scratch=scratch,
+                    env_dir=env,
+                )
             else:
-                code, tail = self._run([self.python, "-m", "venv", env_at], lines=lines, scratch=scratch,
-                                       env_dir=env)
+                code, tail = self._run([self.python, "-m", "venv", env_at], lines=lines, scratch=scratch, env_dir=env)
             if code != 0:
                 raise BuildFailed(f"creating the virtualenv failed (exit code {code}):\n{tail}")
             if lines:
@@ -255,11 +281,23 @@ class Envs:
                 if self.uv:
                     argv = [self._uv_at(), "pip", "install", "--python", f"{env_at}/bin/python", "-r", requirements]
                 else:
-                    argv = [f"{env_at}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-                            "--progress-bar", "off", "-r", requirements]
+                    argv = [
+                        f"{env_at}/bin/python",
+                        "-m",
+                        "pip",
+                        "install",
+                        "--no-input",
+                        "--disable-pip-version-check",
+                        "--progress-bar",
+                        "off",
+                        "-r",
+                        requirements,
+                    ]
                 code, tail = self._run(argv, lines=lines, scratch=scratch, env_dir=env)
                 if code != 0:
-                    raise BuildFailed(f"installing requirements failed ({'uv' if self.uv else 'pip'} exit code {code}):\n{tail}")
+                    raise BuildFailed(
+                        f"installing requirements failed ({'uv' if self.uv else 'pip'} exit code {code}):\n{tail}"
+                    )
             if self.uv:
                 for name in ("pip", "pip3"):
                     shim = env / "bin" / name
@@ -281,9 +319,17 @@ class Envs:
             binds.append(Bind(str(env_dir), ENV_AT, writable=True))
         if self.uv:
             binds.append(Bind(self.uv, "/portal/bin/uv"))
-        binds += [Bind(host, path) for host, path in self.files.items() if path in "\n".join(lines) and os.path.exists(host)]
-        env = {"UV_CACHE_DIR": self._at(cache, CACHE_AT), "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never",
-               "UV_LINK_MODE": "copy", "PIP_NO_INPUT": "1", "PIP_CACHE_DIR": self._at(cache, CACHE_AT) + "/pip"}
+        binds += [
+            Bind(host, path) for host, path in self.files.items() if path in "\n".join(lines) and os.path.exists(host)
+        ]
+        env = {
+            "UV_CACHE_DIR": self._at(cache, CACHE_AT),
+            "UV_NO_PROGRESS": "1",
+            "UV_PYTHON_DOWNLOADS": "never",
+            "UV_LINK_MODE": "copy",
+            "PIP_NO_INPUT": "1",
+            "PIP_CACHE_DIR": self._at(cache, CACHE_AT) + "/pip",
+        }
         return self.builder.run(argv, binds=binds, env=env)
 
     def _at(self, host: Path, inside: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import Any
 
 ESTIMATED_PER_POOL = 200  # enough for any queue a person reads; keeps big cycles fast
 
@@ -72,8 +73,9 @@ class Releases:
         return clone
 
 
-def expected_end(*, admitted_at: float, running_since: float | None, max_runtime: float | None,
-                 setup_seconds: float) -> float | None:
+def expected_end(
+    *, admitted_at: float, running_since: float | None, max_runtime: float | None, setup_seconds: float
+) -> float | None:
     """When a job holding GPUs gives them back at the latest, by its limits (None: it has no runtime limit).
 
     ``max_runtime`` counts from when it runs; before that (admitted, starting) its clone and environment
@@ -86,7 +88,7 @@ def expected_end(*, admitted_at: float, running_since: float | None, max_runtime
     return admitted_at + setup_seconds + max_runtime
 
 
-def estimate_starts(releases: Releases, queue: list) -> dict[int, float | None]:
+def estimate_starts(releases: Releases, queue: list[Any]) -> dict[int, float | None]:
     """job id -> estimated start for the first jobs of a queue in admission order (``releases`` is not changed)."""
     releases = releases.copy()
     estimates: dict[int, float | None] = {}

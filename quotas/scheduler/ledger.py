@@ -17,8 +17,9 @@ EPSILON = 1e-9
 
 
 class Ledger:
-    def __init__(self, pool: PoolState, quotas: list[QuotaState], usage: dict[str, float],
-                 fixed: dict[str, float] | None = None):
+    def __init__(
+        self, pool: PoolState, quotas: list[QuotaState], usage: dict[str, float], fixed: dict[str, float] | None = None
+    ):
         self.pool = pool
         self.capacity = float(pool.total)
         self.quota = {q.department: q for q in quotas}
@@ -31,7 +32,12 @@ class Ledger:
 
     def copy(self) -> Ledger:
         clone = object.__new__(Ledger)
-        clone.pool, clone.capacity, clone.quota, clone.kept_total = self.pool, self.capacity, self.quota, self.kept_total
+        clone.pool, clone.capacity, clone.quota, clone.kept_total = (
+            self.pool,
+            self.capacity,
+            self.quota,
+            self.kept_total,
+        )
         clone.usage, clone.fixed = defaultdict(float, self.usage), defaultdict(float, self.fixed)
         return clone
 
@@ -76,7 +82,11 @@ class Ledger:
             return "quota_exhausted"
         nominal, after = self.nominal(department), self.usage[department] + gpus
         quota = self.quota.get(department)
-        if quota is not None and quota.borrowing_limit is not None and after - nominal > quota.borrowing_limit + EPSILON:
+        if (
+            quota is not None
+            and quota.borrowing_limit is not None
+            and after - nominal > quota.borrowing_limit + EPSILON
+        ):
             return "borrowing_limit"
         if after + self.kept_total - self._kept_back(department) > self.capacity + EPSILON:
             return "quota_exhausted"
@@ -96,6 +106,7 @@ class Ledger:
                 "department's nominal quota (borrowed GPUs must stay reclaimable)."
             )
         if reason == "borrowing_limit":
+            assert quota is not None and quota.borrowing_limit is not None  # refusal() says so only then
             return "borrowing_limit", (
                 f"{department} uses {used:g}/{nominal:g} {self.pool.name} GPUs; this job needs {gpus:g} more, and its "
                 f"borrowing limit of {quota.borrowing_limit:g} allows at most {nominal + quota.borrowing_limit:g} in use."

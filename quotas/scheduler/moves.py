@@ -22,7 +22,11 @@ NODES_TRIED = 8  # candidate node sets per waiting job and cycle
 
 
 def find_moves(
-    job: PendingJob, ledger: Ledger, occupancy: Occupancy, on_node: dict[str, list[RunningJob]], movable: set[int],
+    job: PendingJob,
+    ledger: Ledger,
+    occupancy: Occupancy,
+    on_node: dict[str, list[RunningJob]],
+    movable: set[int],
 ) -> list[tuple[RunningJob, str]] | None:
     """(victim, "reclaim" | "move") pairs that let ``job`` in with every guaranteed victim placed again, or None.
 
@@ -53,7 +57,7 @@ def find_moves(
     nodes_needed = job.workers - sum(1 for node in occupancy.nodes if len(occupancy.whole_free[node]) >= need)
     for start in range(min(NODES_TRIED, len(options))):
         chosen: dict[int, RunningJob] = {}
-        for _, _, victims in options[start:start + max(1, nodes_needed)]:
+        for _, _, victims in options[start : start + max(1, nodes_needed)]:
             chosen.update((v.job_id, v) for v in victims)
         plan = _feasible(job, ledger, occupancy, list(chosen.values()))
         if plan is not None:
@@ -61,7 +65,9 @@ def find_moves(
     return None
 
 
-def _feasible(job, ledger: Ledger, occupancy: Occupancy, victims: list[RunningJob]):
+def _feasible(
+    job: PendingJob, ledger: Ledger, occupancy: Occupancy, victims: list[RunningJob]
+) -> list[tuple[RunningJob, str]] | None:
     """The plan if ``job`` fits once ``victims`` stop and every guaranteed victim is placed again; state restored."""
     for victim in victims:
         occupancy.release(victim.slots)

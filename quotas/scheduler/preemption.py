@@ -19,11 +19,11 @@ than the minimum runtime, are never chosen.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.placement import Occupancy
 from quotas.scheduler.types import PendingJob, RunningJob
-
 
 # How many eviction candidates one waiting job may look at in a cycle: past this many, evicting is
 # unlikely to be the fewest-victims answer, and the job tries again next cycle.
@@ -31,13 +31,18 @@ SEARCH_LIMIT = 64
 
 
 def fits(ledger: Ledger, occupancy: Occupancy, job: PendingJob) -> bool:
-    return (ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is None
-            and occupancy.fits(job.workers, job.gpus_per_worker))
+    return ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is None and occupancy.fits(
+        job.workers, job.gpus_per_worker
+    )
 
 
 def find_victims(
-    job: PendingJob, ledger: Ledger, occupancy: Occupancy, evictable: list[RunningJob],
-    by_service: list[tuple[float, RunningJob]] = (), service_floor: float = float("inf"),
+    job: PendingJob,
+    ledger: Ledger,
+    occupancy: Occupancy,
+    evictable: list[RunningJob],
+    by_service: Sequence[tuple[float, RunningJob]] = (),
+    service_floor: float = float("inf"),
 ) -> list[tuple[RunningJob, str]] | None:
     """The fewest (victim, reason) pairs whose eviction lets ``job`` in, or None if no eviction can.
 
@@ -49,8 +54,11 @@ def find_victims(
     within = ledger.within_nominal(job.department, job.gpus)
     reclaim = ((r, "reclaim") for r in evictable if within and r.department != job.department)
     priority = ((r, "priority") for r in evictable if r.department == job.department and r.priority < job.priority)
-    service = ((r, "service") for _, r in itertools.takewhile(lambda pair: pair[0] >= service_floor, by_service)
-               if r.priority <= job.priority)
+    service = (
+        (r, "service")
+        for _, r in itertools.takewhile(lambda pair: pair[0] >= service_floor, by_service)
+        if r.priority <= job.priority
+    )
     candidates = itertools.chain(reclaim, priority, service)
     removed: list[tuple[RunningJob, str]] = []
     seen: set[int] = set()
@@ -61,8 +69,11 @@ def find_victims(
                 continue
             if reason == "reclaim" and ledger.borrowed(victim.department) <= 1e-9:
                 continue  # that department is back within its nominal: the rest of its jobs are guaranteed
-            if (reason == "service" and victim.department != job.department
-                    and ledger.usage[victim.department] - victim.gpus < ledger.nominal(victim.department) - 1e-9):
+            if (
+                reason == "service"
+                and victim.department != job.department
+                and ledger.usage[victim.department] - victim.gpus < ledger.nominal(victim.department) - 1e-9
+            ):
                 continue  # it would take that department below its guarantee
             seen.add(victim.job_id)
             occupancy.release(victim.slots)
@@ -78,7 +89,9 @@ def find_victims(
     return _fewest(job, ledger, occupancy, removed) if enough else None
 
 
-def _fewest(job, ledger, occupancy, chosen):
+def _fewest(
+    job: PendingJob, ledger: Ledger, occupancy: Occupancy, chosen: list[tuple[RunningJob, str]]
+) -> list[tuple[RunningJob, str]]:
     """Give victims back, last chosen first, while the job still fits without them (one pass, no copies)."""
     for victim, _ in chosen:
         occupancy.release(victim.slots)

@@ -73,8 +73,10 @@ class _Pool:
         self.slots = asyncio.Semaphore(max_connections)
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        request = (f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
-                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        request = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
         async with self.slots:
             for attempt in (1, 2):
                 reused = bool(self.idle)
@@ -83,7 +85,11 @@ class _Pool:
                     status, payload, keep = await connection.exchange(request)
                 except (asyncio.IncompleteReadError, ConnectionError) as exc:
                     connection.close()
-                    if reused and attempt == 1 and (not isinstance(exc, asyncio.IncompleteReadError) or not exc.partial):
+                    if (
+                        reused
+                        and attempt == 1
+                        and (not isinstance(exc, asyncio.IncompleteReadError) or not exc.partial)
+                    ):
                         continue  # the server closed an idle connection (it restarted, or timed it out): once more
                     raise UpstreamError(f"connection lost: {exc.__class__.__name__}") from exc
                 except (ValueError, IndexError, asyncio.LimitOverrunError) as exc:
@@ -123,8 +129,9 @@ class ModelClient:
     async def post(self, host: str, port: int, path: str, body: bytes, *, timeout: float) -> tuple[int, bytes]:
         pool = self.pools.get((host, port))
         if pool is None:
-            pool = self.pools[(host, port)] = _Pool(host, port, max_connections=self.max_connections,
-                                                   connect_timeout=self.connect_timeout)
+            pool = self.pools[(host, port)] = _Pool(
+                host, port, max_connections=self.max_connections, connect_timeout=self.connect_timeout
+            )
         try:
             async with asyncio.timeout(timeout):
                 return await pool.post(path, body)

@@ -28,6 +28,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 from clusters import pod_security
 from clusters.k8s import DEPARTMENT_LABEL, MANAGED_BY, ManifestError
@@ -60,15 +61,21 @@ class ServingSettings:
     run_as_group: int = 1000
 
     @classmethod
-    def from_settings(cls, cluster: str, settings: Mapping) -> ServingSettings:
+    def from_settings(cls, cluster: str, settings: Mapping[str, Any]) -> ServingSettings:
         values = {f.name: settings[f.name] for f in fields(cls) if f.name in settings}
         for f in fields(cls):
-            if f.name in values and (not isinstance(values[f.name], type(f.default)) or isinstance(values[f.name], bool)):
-                raise ManifestError(f"Cluster {cluster}: setting {f.name} must be "
-                                    f"{'an integer' if isinstance(f.default, int) else 'a string'}.")
+            if f.name in values and (
+                not isinstance(values[f.name], type(f.default)) or isinstance(values[f.name], bool)
+            ):
+                raise ManifestError(
+                    f"Cluster {cluster}: setting {f.name} must be "
+                    f"{'an integer' if isinstance(f.default, int) else 'a string'}."
+                )
         for key in ("run_as_user", "run_as_group"):
             if key in values and not 1 <= values[key] <= 2**31 - 1:
-                raise ManifestError(f"Cluster {cluster}: {key} must be a uid/gid from 1 to 2147483647 (pods never run as root).")
+                raise ManifestError(
+                    f"Cluster {cluster}: {key} must be a uid/gid from 1 to 2147483647 (pods never run as root)."
+                )
         return cls(**values)
 
 
@@ -95,27 +102,34 @@ def service_name(deployment: str, variant: str, server_id: int) -> str:
     if not base or not base[0].isalpha():
         base = f"m-{base}".rstrip("-")
     suffix = f"-{server_id}"
-    return base[:MAX_NAME - len(suffix)].rstrip("-") + suffix
+    return base[: MAX_NAME - len(suffix)].rstrip("-") + suffix
 
 
 def cluster_artifact_uri(artifact_uri: str, settings: ServingSettings) -> str:
     if not settings.artifact_uri_prefix:
-        raise ManifestError("This cluster has no artifact_uri_prefix setting: say where it finds the portal's model "
-                            "artifacts (e.g. pvc://portal-models/ or s3://bucket/models/).")
+        raise ManifestError(
+            "This cluster has no artifact_uri_prefix setting: say where it finds the portal's model "
+            "artifacts (e.g. pvc://portal-models/ or s3://bucket/models/)."
+        )
     if not artifact_uri.startswith(STORE_SCHEME):
         raise ManifestError(f"{artifact_uri!r} is not in the portal's artifact store.")
-    relative = artifact_uri[len(STORE_SCHEME):]
+    relative = artifact_uri[len(STORE_SCHEME) :]
     if not relative or relative.startswith("/") or ".." in relative.split("/"):
         raise ManifestError(f"{artifact_uri!r} is not a valid store URI.")
     return settings.artifact_uri_prefix.rstrip("/") + "/" + relative
 
 
 def labels(target: InferenceTarget) -> dict[str, str]:
-    return {DEPLOYMENT_LABEL: target.deployment, VARIANT_LABEL: target.variant, SERVER_ID_LABEL: str(target.server_id),
-            DEPARTMENT_LABEL: target.department, "app.kubernetes.io/managed-by": MANAGED_BY}
+    return {
+        DEPLOYMENT_LABEL: target.deployment,
+        VARIANT_LABEL: target.variant,
+        SERVER_ID_LABEL: str(target.server_id),
+        DEPARTMENT_LABEL: target.department,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
 
 
-def inference_service(target: InferenceTarget, settings: ServingSettings) -> dict:
+def inference_service(target: InferenceTarget, settings: ServingSettings) -> dict[str, Any]:
     resources = {"cpu": settings.serving_cpu, "memory": settings.serving_memory}
     pod_context = pod_security.pod_security_context(settings.run_as_user, settings.run_as_group)
     model = {
@@ -125,15 +139,21 @@ def inference_service(target: InferenceTarget, settings: ServingSettings) -> dic
         "resources": {"requests": resources, "limits": resources},
         "env": [{"name": name, "value": value} for name, value in pod_security.scratch_env().items()],
         "volumeMounts": [pod_security.scratch_mount()],
-        "securityContext": {**pod_security.container_security_context(),
-                            **{key: pod_context[key] for key in ("runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile")}},
+        "securityContext": {
+            **pod_security.container_security_context(),
+            **{key: pod_context[key] for key in ("runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile")},
+        },
     }
     if settings.serving_runtime:
         model["runtime"] = settings.serving_runtime
-    predictor = {"model": model, "minReplicas": target.replicas,
-                 "maxReplicas": max(target.replicas, settings.serving_max_replicas),
-                 "securityContext": pod_context, "automountServiceAccountToken": False,
-                 "volumes": [pod_security.scratch_volume()]}
+    predictor = {
+        "model": model,
+        "minReplicas": target.replicas,
+        "maxReplicas": max(target.replicas, settings.serving_max_replicas),
+        "securityContext": pod_context,
+        "automountServiceAccountToken": False,
+        "volumes": [pod_security.scratch_volume()],
+    }
     if settings.serving_service_account:
         predictor["serviceAccountName"] = settings.serving_service_account
     spec = {"predictor": predictor}
@@ -142,17 +162,18 @@ def inference_service(target: InferenceTarget, settings: ServingSettings) -> dic
         annotations["serving.kserve.io/deploymentMode"] = settings.serving_deployment_mode
     name = service_name(target.deployment, target.variant, target.server_id)
     return {
-        "apiVersion": API_VERSION, "kind": KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name, "namespace": target.namespace, "labels": labels(target), "annotations": annotations},
         "spec": spec,
     }
 
 
-def spec_hash(spec: dict) -> str:
+def spec_hash(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def spec_patch(existing: dict, wanted: dict) -> dict | None:
+def spec_patch(existing: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any] | None:
     """The merge patch that gives ``existing`` the wanted spec; None when it has it already.
 
     Keys the portal set before and sets no more are nulled (a merge patch keeps what it does not name);
@@ -163,20 +184,25 @@ def spec_patch(existing: dict, wanted: dict) -> dict | None:
         return None
     old = (existing.get("spec") or {}).get("predictor") or {}
     predictor = {**{key: None for key in OPTIONAL_PREDICTOR if key in old}, **wanted["spec"]["predictor"]}
-    predictor["model"] = {**{key: None for key in OPTIONAL_MODEL if key in (old.get("model") or {})}, **predictor["model"]}
-    return {"metadata": {"labels": wanted["metadata"]["labels"], "annotations": wanted["metadata"]["annotations"]},
-            "spec": {"predictor": predictor}}
+    predictor["model"] = {
+        **{key: None for key in OPTIONAL_MODEL if key in (old.get("model") or {})},
+        **predictor["model"],
+    }
+    return {
+        "metadata": {"labels": wanted["metadata"]["labels"], "annotations": wanted["metadata"]["annotations"]},
+        "spec": {"predictor": predictor},
+    }
 
 
 # ------------------------------------------------------------------------------ reading KServe's status
 
 
-def ready_condition(obj: dict) -> dict:
+def ready_condition(obj: dict[str, Any]) -> dict[str, Any]:
     conditions = (obj.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c.get("type") == "Ready"), {})
 
 
-def is_ready(obj: dict) -> bool:
+def is_ready(obj: dict[str, Any]) -> bool:
     """KServe's rule: Ready=True, and observed for the current spec (a changed spec is not ready until then)."""
     status = obj.get("status") or {}
     observed = status.get("observedGeneration")
@@ -185,16 +211,22 @@ def is_ready(obj: dict) -> bool:
     return ready_condition(obj).get("status") == "True" and current
 
 
-def address(obj: dict) -> str:
+def address(obj: dict[str, Any]) -> str:
     """Where the cluster reaches it: the cluster-internal address, else the public URL."""
     status = obj.get("status") or {}
     return ((status.get("address") or {}).get("url") or status.get("url") or "").rstrip("/")
 
 
-def failure(obj: dict) -> str:
+def failure(obj: dict[str, Any]) -> str:
     """Why KServe gave up on it ("" when it has not): the model failed to load, or the spec is invalid."""
     model_status = (obj.get("status") or {}).get("modelStatus") or {}
     if model_status.get("transitionStatus") not in FAILED_TRANSITIONS:
         return ""
     info = model_status.get("lastFailureInfo") or {}
-    return info.get("message") or info.get("reason") or ready_condition(obj).get("message") or model_status["transitionStatus"]
+    why: str = (
+        info.get("message")
+        or info.get("reason")
+        or ready_condition(obj).get("message")
+        or model_status["transitionStatus"]
+    )
+    return why

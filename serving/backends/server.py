@@ -116,7 +116,7 @@ class ModelApp:
                 predictions = await asyncio.get_running_loop().run_in_executor(self.pool, self._predict, instances)
             else:
                 predictions = self._predict(instances)
-        except Exception as exc:  # the model's own complaint (wrong shape, wrong type) is the caller's to fix
+        except Exception as exc:  # noqa: BLE001 - the model's own complaint (wrong shape, wrong type) is the caller's to fix
             return 400, {"error": f"The model could not predict: {exc}"}
         return 200, {"predictions": predictions}
 
@@ -142,8 +142,13 @@ async def _body(receive) -> bytes | None:
 
 async def _reply(send, status: int, payload) -> None:
     body = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -169,16 +174,24 @@ def main(argv: list[str] | None = None) -> None:
     except Refused as exc:
         print(f"refused: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    except Exception as exc:  # unpickling errors, a missing library of the model
+    except Exception as exc:  # noqa: BLE001 - unpickling errors, a missing library of the model
         print(f"cannot load {args.artifact}: {exc.__class__.__name__}: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(3) from None
     import uvicorn
 
     app = ModelApp(args.model_name, model, delay_ms=args.delay_ms, fail_rate=args.fail_rate, threads=args.threads)
     print(f"serving {args.model_name} from {args.artifact} on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="off",
-                loop="uvloop" if _installed("uvloop") else "asyncio", http="httptools" if _installed("httptools") else "h11",
-                timeout_keep_alive=75)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        loop="uvloop" if _installed("uvloop") else "asyncio",
+        http="httptools" if _installed("httptools") else "h11",
+        timeout_keep_alive=75,
+    )
 
 
 if __name__ == "__main__":

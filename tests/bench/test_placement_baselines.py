@@ -13,8 +13,10 @@ from quotas.scheduler.placement import FULL, NodeSpec, Occupancy, Shape, Typical
 
 def occupancy(states, policy=None):
     """Nodes in rank order: (free milli per GPU, CPU) each, 64 GiB, T4 unless told."""
-    specs = [NodeSpec(f"n{i}", len(s["free"]), s.get("model", "T4"), s.get("cpu", 16000), 65536, 1001)
-             for i, s in enumerate(states)]
+    specs = [
+        NodeSpec(f"n{i}", len(s["free"]), s.get("model", "T4"), s.get("cpu", 16000), 65536, 1001)
+        for i, s in enumerate(states)
+    ]
     used = {(f"n{i}", g): (FULL - f) / FULL for i, s in enumerate(states) for g, f in enumerate(s["free"]) if f < FULL}
     built = Occupancy.from_nodes(specs, "binpack", used)
     built.policy = policy or BestFitPlacement(specs)
@@ -24,8 +26,12 @@ def occupancy(states, policy=None):
 BESTFIT_CASES = [
     # (description, node states, (GPUs, cpu), expected slot)
     ("fullest node wins", [dict(free=[1000, 1000]), dict(free=[1000, 0])], (1, 1000), Slot(0, "n1", (0,))),
-    ("cpu counts too", [dict(free=[1000, 1000], cpu=16000), dict(free=[1000, 1000], cpu=8000)], (0, 1000),
-     Slot(0, "n1")),
+    (
+        "cpu counts too",
+        [dict(free=[1000, 1000], cpu=16000), dict(free=[1000, 1000], cpu=8000)],
+        (0, 1000),
+        Slot(0, "n1"),
+    ),
     ("tightest GPU for a fraction", [dict(free=[1000, 700, 500, 500])], (0.45, 1), Slot(0, "n0", (2,), 0.45)),
     ("lowest free GPUs for whole ones", [dict(free=[200, 1000, 1000, 1000])], (2, 1), Slot(0, "n0", (1, 2))),
     ("equal scores: lowest rank", [dict(free=[1000, 1000]), dict(free=[1000, 1000])], (1, 1), Slot(0, "n0", (0,))),
@@ -69,8 +75,17 @@ def test_fgd_takes_the_least_fragmenting_node():
 def test_the_inlined_fit_rule_is_the_occupancys():
     rng = random.Random(5)
     for _ in range(200):
-        specs = [NodeSpec(f"n{i}", rng.randint(0, 4), rng.choice(["T4", "V100"]), rng.randint(0, 8000),
-                          rng.randint(0, 8000), rng.randint(0, 2)) for i in range(rng.randint(1, 5))]
+        specs = [
+            NodeSpec(
+                f"n{i}",
+                rng.randint(0, 4),
+                rng.choice(["T4", "V100"]),
+                rng.randint(0, 8000),
+                rng.randint(0, 8000),
+                rng.randint(0, 2),
+            )
+            for i in range(rng.randint(1, 5))
+        ]
         used = {(s.name, g): rng.choice([0.25, 0.5, 1.0]) for s in specs for g in range(s.gpus) if rng.random() < 0.5}
         built = Occupancy.from_nodes(specs, "binpack", used)
         gpus, milli = rng.choice([(0, 0), (1, 300), (1, 800), (1, FULL), (2, FULL), (4, FULL)])

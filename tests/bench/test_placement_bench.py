@@ -11,10 +11,13 @@ from bench import placement
 NODES = "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
     f"node-{i},{32000 if i % 2 else 64000},131072,{2 if i % 3 else 4},{'T4' if i % 2 else 'V100'}\n" for i in range(60)
 )
-PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n" + "".join(
-    f"pod-{i:03d},{4000 + 1000 * (i % 5)},8192,{[1, 1, 1, 0, 2][i % 5]},{[1000, 470, 250, 0, 1000][i % 5]},"
-    f"{'T4' if i % 7 == 0 else ''},LS,Running,0,10,0\n"
-    for i in range(40)
+PODS = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+    + "".join(
+        f"pod-{i:03d},{4000 + 1000 * (i % 5)},8192,{[1, 1, 1, 0, 2][i % 5]},{[1000, 470, 250, 0, 1000][i % 5]},"
+        f"{'T4' if i % 7 == 0 else ''},LS,Running,0,10,0\n"
+        for i in range(40)
+    )
 )
 
 
@@ -28,9 +31,24 @@ def trace(tmp_path):
 @pytest.mark.parametrize("policy", placement.POLICIES)
 def test_one_percentage(trace, policy, capsys):
     out = trace / "out.json"
-    summary = placement.main(["--pods", str(trace / "pods.csv"), "--nodes", str(trace / "nodes.csv"),
-                              "--arrived-pct", "100", "--seeds", "42-44", "--policy", policy,
-                              "--json", str(out), "--workers", "1"])
+    summary = placement.main(
+        [
+            "--pods",
+            str(trace / "pods.csv"),
+            "--nodes",
+            str(trace / "nodes.csv"),
+            "--arrived-pct",
+            "100",
+            "--seeds",
+            "42-44",
+            "--policy",
+            policy,
+            "--json",
+            str(out),
+            "--workers",
+            "1",
+        ]
+    )
     assert json.loads(out.read_text()) == summary
     assert set(summary) == {"gpu_alloc_pct_mean", "gpu_alloc_pct_std", "per_seed"}
     assert set(summary["per_seed"]) == {"42", "43", "44"}
@@ -46,14 +64,36 @@ def test_one_percentage(trace, policy, capsys):
 
 
 def test_portal_is_the_live_fragmentation_policy(trace):
-    args = ["--pods", str(trace / "pods.csv"), "--nodes", str(trace / "nodes.csv"), "--seeds", "42-43", "--workers", "1"]
+    args = [
+        "--pods",
+        str(trace / "pods.csv"),
+        "--nodes",
+        str(trace / "nodes.csv"),
+        "--seeds",
+        "42-43",
+        "--workers",
+        "1",
+    ]
     assert placement.main([*args, "--policy", "portal"]) == placement.main([*args, "--policy", "fragmentation"])
 
 
 def test_several_percentages(trace):
-    summary = placement.main(["--pods", str(trace / "pods.csv"), "--nodes", str(trace / "nodes.csv"),
-                              "--arrived-pct", "80,90,100,110,130", "--seeds", "42,45", "--policy", "portal",
-                              "--workers", "1"])
+    summary = placement.main(
+        [
+            "--pods",
+            str(trace / "pods.csv"),
+            "--nodes",
+            str(trace / "nodes.csv"),
+            "--arrived-pct",
+            "80,90,100,110,130",
+            "--seeds",
+            "42,45",
+            "--policy",
+            "portal",
+            "--workers",
+            "1",
+        ]
+    )
     assert set(summary) == {"80", "90", "100", "110", "130"}
     for figures in summary.values():
         assert set(figures) == {"gpu_alloc_pct_mean", "gpu_alloc_pct_std", "per_seed"}

@@ -9,9 +9,22 @@ import pytest
 
 from bench import cycle, replay
 
-REPLAY_KEYS = {"jobs", "mean_queue_s", "p50_queue_s", "p95_queue_s", "p99_queue_s", "mean_jct_s", "p95_jct_s",
-               "utilization", "makespan_s", "preemptions", "wasted_gpu_seconds", "guarantee_violations",
-               "admissions_per_second", "wall_seconds"}
+REPLAY_KEYS = {
+    "jobs",
+    "mean_queue_s",
+    "p50_queue_s",
+    "p95_queue_s",
+    "p99_queue_s",
+    "mean_jct_s",
+    "p95_jct_s",
+    "utilization",
+    "makespan_s",
+    "preemptions",
+    "wasted_gpu_seconds",
+    "guarantee_violations",
+    "admissions_per_second",
+    "wall_seconds",
+}
 
 
 @pytest.fixture
@@ -20,8 +33,10 @@ def itp(tmp_path):
     paths = []
     for name, jobs in (("teamA", 120), ("teamB", 60)):
         rows = ["job_id,submission_time,duration,num_gpu"]
-        rows += [f"{name}-{i},{rng.randint(0, 20000)},{rng.randint(60, 7200)},{rng.choice([1, 1, 2, 4, 8, 16])}"
-                 for i in range(jobs)]
+        rows += [
+            f"{name}-{i},{rng.randint(0, 20000)},{rng.randint(60, 7200)},{rng.choice([1, 1, 2, 4, 8, 16])}"
+            for i in range(jobs)
+        ]
         path = tmp_path / f"{name}.csv"
         path.write_text("\n".join(rows) + "\n")
         paths.append(str(path))
@@ -31,8 +46,24 @@ def itp(tmp_path):
 @pytest.mark.parametrize("policy", ["portal", "fifo", "fifo-backfill", "hard-quota"])
 def test_the_replay_reports_every_figure_within_physical_bounds(itp, policy, tmp_path):
     out = tmp_path / "out.json"
-    report = replay.main(["--trace", "itp", "--input", *itp, "--gpus", "32", "--gpus-per-node", "8",
-                          "--policy", policy, "--seed", "3", "--json", str(out)])
+    report = replay.main(
+        [
+            "--trace",
+            "itp",
+            "--input",
+            *itp,
+            "--gpus",
+            "32",
+            "--gpus-per-node",
+            "8",
+            "--policy",
+            policy,
+            "--seed",
+            "3",
+            "--json",
+            str(out),
+        ]
+    )
     assert REPLAY_KEYS <= set(report) and json.loads(out.read_text()) == report
     assert report["jobs"] == 180
     assert report["p50_queue_s"] <= report["p95_queue_s"] <= report["p99_queue_s"]
@@ -51,7 +82,8 @@ def test_quotas_are_proportional_to_gpu_hours_and_sum_to_the_pool(itp):
 
 
 def test_one_cycle_on_a_synthetic_snapshot(tmp_path):
-    report = cycle.main(["--pending", "300", "--nodes", "20", "--departments", "5", "--repeat", "2",
-                         "--json", str(tmp_path / "c.json")])
+    report = cycle.main(
+        ["--pending", "300", "--nodes", "20", "--departments", "5", "--repeat", "2", "--json", str(tmp_path / "c.json")]
+    )
     assert {"cycle_ms_p50", "cycle_ms_p95"} <= set(report)
     assert report["admitted"] + report["waiting"] == 300

@@ -22,7 +22,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, time as day_time, timedelta
+from datetime import UTC, datetime, timedelta
+from datetime import time as day_time
 from pathlib import Path
 
 import pytest
@@ -37,8 +38,14 @@ from tests.processes import Processes, process_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 VIEWPORT = {"width": 1366, "height": 900}  # a laptop screen
 
 expect.set_options(timeout=15_000)
@@ -67,8 +74,13 @@ class PortalProcesses(Processes):
     def prepare(self) -> None:
         """The channel layer's own database (embedded configuration) and an empty broker queue."""
         if "channels" in settings.DATABASES:
-            subprocess.run([sys.executable, "manage.py", "migrate", "--database", "channels", "-v0"],
-                           cwd=ROOT, env=self.env(), check=True, timeout=120)
+            subprocess.run(
+                [sys.executable, "manage.py", "migrate", "--database", "channels", "-v0"],
+                cwd=ROOT,
+                env=self.env(),
+                check=True,
+                timeout=120,
+            )
         if not settings.CELERY_BROKER_URL.startswith("filesystem://"):
             from core.celery import app
 
@@ -94,13 +106,13 @@ def _seed_usage(world) -> int:
 
 def _stop_jobs_and_boards(data_root: Path) -> None:
     """What the portal left running on this machine: job workers (detached supervisors) and TensorBoards."""
-    from tensorboards import services as boards
-    from jobs import lifecycle
     from clusters import local_procs
+    from jobs import lifecycle
     from jobs.executors.base import FINAL_PHASES
     from jobs.models import Job
-    from tensorboards.models import TensorBoard
     from jobs.services import executor_for
+    from tensorboards import services as boards
+    from tensorboards.models import TensorBoard
 
     with override_settings(PORTAL_DATA_ROOT=data_root):
         for job in Job.objects.exclude(status__in=lifecycle.FINAL).exclude(launched_at=None).exclude(run_id=""):
@@ -112,7 +124,9 @@ def _stop_jobs_and_boards(data_root: Path) -> None:
         for board in TensorBoard.objects.exclude(pid=None):
             boards.board_stop(board=board)
             deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and local_procs.alive(board.pid, int(board.handle) if board.handle else None):
+            while time.monotonic() < deadline and local_procs.alive(
+                board.pid, int(board.handle) if board.handle else None
+            ):
                 time.sleep(0.1)
 
 

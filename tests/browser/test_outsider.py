@@ -16,11 +16,14 @@ SOCKET_OUTCOME = """path => new Promise(resolve => {
 })"""
 
 
-@pytest.mark.parametrize(("path", "says"), [
-    ("/jobs/{id}/", "Not Found"),
-    ("/api/v1/jobs/{id}/logs/", "No job with that id in your departments."),
-    ("/tensorboard/{id}/", "No TensorBoard with that id in your departments."),
-])
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/jobs/{id}/", "Not Found"),
+        ("/api/v1/jobs/{id}/logs/", "No job with that id in your departments."),
+        ("/tensorboard/{id}/", "No TensorBoard with that id in your departments."),
+    ],
+)
 def test_an_outsider_gets_not_found_for_another_departments_job(visitor, portal, path, says):
     url = path.format(id=portal.vision_job_id)
     member = visitor.sign_in("alice")

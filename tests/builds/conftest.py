@@ -3,8 +3,8 @@ fixture is the API fake, tests/k8s/fixtures.py)."""
 
 import pytest
 
-from images import services
 from clusters.models import Cluster
+from images import services
 
 DOCKERFILE = "# tools for audio models\nFROM pytorch/pytorch:2.4.0-cuda12.1\nRUN pip install torchaudio==2.4.0\n"
 REGISTRY = "registry.example.com/portal"
@@ -13,13 +13,19 @@ REGISTRY = "registry.example.com/portal"
 @pytest.fixture
 def cluster(world):
     """A build cluster whose API nobody answers: for what is decided before a cluster is asked."""
-    return Cluster.objects.create(name="k8s", backend=Cluster.Backend.KUBERNETES, settings={
-        "kube_url": "http://127.0.0.1:9", "build_registry": REGISTRY, "build_push_secret": "registry-push"})
+    return Cluster.objects.create(
+        name="k8s",
+        backend=Cluster.Backend.KUBERNETES,
+        settings={"kube_url": "http://127.0.0.1:9", "build_registry": REGISTRY, "build_push_secret": "registry-push"},
+    )
 
 
 @pytest.fixture
 def kube_cluster(world, kube, monkeypatch):
     """A build cluster served by the API fake; the client does not retry, so each reconcile is one attempt."""
     monkeypatch.setattr(services, "KUBE_OPTIONS", {"retries": 0, "timeout_seconds": 2})
-    return Cluster.objects.create(name="k8s", backend=Cluster.Backend.KUBERNETES, settings={
-        "kube_url": kube.url, "build_registry": REGISTRY, "build_push_secret": "registry-push"})
+    return Cluster.objects.create(
+        name="k8s",
+        backend=Cluster.Backend.KUBERNETES,
+        settings={"kube_url": kube.url, "build_registry": REGISTRY, "build_push_secret": "registry-push"},
+    )

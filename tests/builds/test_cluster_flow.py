@@ -2,8 +2,7 @@
 simulated Job controller and kubelet the tests move: submit -> Job -> pod running -> image in the catalogue."""
 
 from images import services
-from images.models import ImageBuild
-from images.models import FrameworkImage
+from images.models import FrameworkImage, ImageBuild
 from tests.builds.conftest import DOCKERFILE, REGISTRY
 from tests.jobs.executor_contract import wait_for
 
@@ -12,8 +11,14 @@ DIGEST = "sha256:" + "3" * 64
 
 
 def submit(world, user=None, **fields):
-    body = {"name": "torch-audio", "department": "vision", "dockerfile": DOCKERFILE, "framework": "pytorch",
-            "base_packages": ["torch==2.4.0", "torchaudio==2.4.0"], **fields}
+    body = {
+        "name": "torch-audio",
+        "department": "vision",
+        "dockerfile": DOCKERFILE,
+        "framework": "pytorch",
+        "base_packages": ["torch==2.4.0", "torchaudio==2.4.0"],
+        **fields,
+    }
     response = world.api(user or world.alice).post("/api/v1/image-builds/", body, format="json")
     assert response.status_code == 201, response.json()
     return response.json()
@@ -57,19 +62,33 @@ def test_a_build_becomes_a_catalogue_image_of_its_department_once(world, kube_cl
     services.builds_reconcile()
     services.builds_reconcile()  # a second tick (or a retried task) changes nothing
     done = read(world, build)
-    assert (done["status"], done["image"], done["message"]) == ("succeeded", "torch-audio", "Added to the catalogue as torch-audio.")
+    assert (done["status"], done["image"], done["message"]) == (
+        "succeeded",
+        "torch-audio",
+        "Added to the catalogue as torch-audio.",
+    )
     image = FrameworkImage.objects.get(name="torch-audio")
     assert (image.image, image.department.slug, image.official, image.framework, image.base_packages) == (
-        f"{REGISTRY}/vision/torch-audio:build-{build['id']}@{DIGEST}", "vision", False, "pytorch",
-        ["torch==2.4.0", "torchaudio==2.4.0"])
+        f"{REGISTRY}/vision/torch-audio:build-{build['id']}@{DIGEST}",
+        "vision",
+        False,
+        "pytorch",
+        ["torch==2.4.0", "torchaudio==2.4.0"],
+    )
     services.build_succeed(build=ImageBuild.objects.get(pk=build["id"]), digest=DIGEST)
     assert FrameworkImage.objects.filter(name="torch-audio").count() == 1
 
     assert "torch-audio" in [i["name"] for i in world.api(world.alice).get("/api/v1/images/").json()["results"]]
     assert "torch-audio" not in [i["name"] for i in world.api(world.bob).get("/api/v1/images/").json()["results"]]
-    job = {"name": "audio", "code_url": "https://git.example.com/team/repo.git", "command": "python train.py",
-           "image": "torch-audio"}
-    assert world.api(world.alice).post("/api/v1/jobs/", {**job, "department": "vision"}, format="json").status_code == 201
+    job = {
+        "name": "audio",
+        "code_url": "https://git.example.com/team/repo.git",
+        "command": "python train.py",
+        "image": "torch-audio",
+    }
+    assert (
+        world.api(world.alice).post("/api/v1/jobs/", {**job, "department": "vision"}, format="json").status_code == 201
+    )
     refused = world.api(world.bob).post("/api/v1/jobs/", {**job, "department": "nlp"}, format="json")
     assert refused.status_code == 400
     assert refused.json()["image"][0].startswith("No image called 'torch-audio' in the catalogue")
@@ -80,24 +99,36 @@ def test_a_failed_build_shows_the_end_of_its_log(world, kube_cluster, kube):
     services.builds_reconcile()
     pod = start_pod(kube, build, log="INFO[0000] Unpacking rootfs\n")
     services.builds_reconcile()
-    kube.operator.exit(NS, pod, 1, log="INFO[0010] RUN pip install torchaudio==2.4.0\n"
-                                        "ERROR: No matching distribution found for torchaudio==2.4.0\n"
-                                        "error building image: error building stage: exit status 1\n")
+    kube.operator.exit(
+        NS,
+        pod,
+        1,
+        log="INFO[0010] RUN pip install torchaudio==2.4.0\n"
+        "ERROR: No matching distribution found for torchaudio==2.4.0\n"
+        "error building image: error building stage: exit status 1\n",
+    )
     kube.operator.fail("Job", NS, job_name(build))
     services.builds_reconcile()
     failed = read(world, build)
     assert failed["status"] == "failed"
     assert failed["message"].splitlines()[0] == "Kubernetes: Job has reached the specified backoff limit."
-    assert failed["message"].splitlines()[-2:] == ["ERROR: No matching distribution found for torchaudio==2.4.0",
-                                                   "error building image: error building stage: exit status 1"]
+    assert failed["message"].splitlines()[-2:] == [
+        "ERROR: No matching distribution found for torchaudio==2.4.0",
+        "error building image: error building stage: exit status 1",
+    ]
     assert failed["image"] is None and not FrameworkImage.objects.filter(name="torch-audio").exists()
     # the name is free again for a corrected build
     assert submit(world)["status"] == "queued"
 
 
 def test_a_build_from_a_repository_runs_kanikos_git_context(world, kube_cluster, kube):
-    build = submit(world, dockerfile="", code_url="https://git.example.com/vision/images.git", code_ref="v2-branch",
-                   context_path="audio")
+    build = submit(
+        world,
+        dockerfile="",
+        code_url="https://git.example.com/vision/images.git",
+        code_ref="v2-branch",
+        context_path="audio",
+    )
     services.builds_reconcile()
     job = kube.get("batch/v1", "Job", NS, job_name(build))
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]

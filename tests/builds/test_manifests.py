@@ -2,18 +2,30 @@
 
 import pytest
 
+from clusters.k8s import ClusterSettings
+from clusters.manifest_validation import manifest_problems
 from images.manifests import BuildSettings, BuildSetupError, BuildSpec, context_config_map, job_manifest
 from images.observe import BUILDING, FAILED, QUEUED, SUCCEEDED, failure_message, observe
-from clusters.manifest_validation import manifest_problems
-from clusters.k8s import ClusterSettings
 
 CLUSTER = ClusterSettings.from_cluster("k8s", {})
 SETTINGS = {"build_registry": "registry.example.com/portal", "build_push_secret": "registry-push"}
-PASTED = BuildSpec(build_id=7, name="torch-audio", department="vision", tag="build-7",
-                   dockerfile="FROM pytorch/pytorch:2.4.0\nRUN pip install torchaudio\n")
-GIT = BuildSpec(build_id=8, name="jax-tools", department="nlp", tag="build-8",
-                code_url="https://git.example.com/team/images.git", code_ref="main",
-                dockerfile_path="Dockerfile.gpu", context_path="jax")
+PASTED = BuildSpec(
+    build_id=7,
+    name="torch-audio",
+    department="vision",
+    tag="build-7",
+    dockerfile="FROM pytorch/pytorch:2.4.0\nRUN pip install torchaudio\n",
+)
+GIT = BuildSpec(
+    build_id=8,
+    name="jax-tools",
+    department="nlp",
+    tag="build-8",
+    code_url="https://git.example.com/team/images.git",
+    code_ref="main",
+    dockerfile_path="Dockerfile.gpu",
+    context_path="jax",
+)
 
 
 def container(manifest):
@@ -37,9 +49,12 @@ def test_it_builds_a_pasted_dockerfile_from_a_config_map():
     assert {"name": "docker-config", "mountPath": "/kaniko/.docker", "readOnly": True} in kaniko["volumeMounts"]
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] >= 60
     assert job["metadata"]["namespace"] == "portal-vision"
-    assert job["metadata"]["labels"] == {"portal/build-id": "7", "portal/department": "vision",
-                                         "app.kubernetes.io/managed-by": "gpu-portal",
-                                         "app.kubernetes.io/component": "image-build"}
+    assert job["metadata"]["labels"] == {
+        "portal/build-id": "7",
+        "portal/department": "vision",
+        "app.kubernetes.io/managed-by": "gpu-portal",
+        "app.kubernetes.io/component": "image-build",
+    }
 
 
 def test_it_builds_a_repository_through_kanikos_git_context():
@@ -51,11 +66,17 @@ def test_it_builds_a_repository_through_kanikos_git_context():
     assert "context" not in {v["name"] for v in job["spec"]["template"]["spec"]["volumes"]}
 
 
-@pytest.mark.parametrize(("ref", "context"), [
-    ("", "git://git.example.com/team/images.git"),
-    ("refs/tags/v1", "git://git.example.com/team/images.git#refs/tags/v1"),
-    ("0123456789abcdef0123456789abcdef01234567", "git://git.example.com/team/images.git#0123456789abcdef0123456789abcdef01234567"),
-])
+@pytest.mark.parametrize(
+    ("ref", "context"),
+    [
+        ("", "git://git.example.com/team/images.git"),
+        ("refs/tags/v1", "git://git.example.com/team/images.git#refs/tags/v1"),
+        (
+            "0123456789abcdef0123456789abcdef01234567",
+            "git://git.example.com/team/images.git#0123456789abcdef0123456789abcdef01234567",
+        ),
+    ],
+)
 def test_it_pins_branches_tags_and_commits(ref, context):
     spec = BuildSpec(**{**GIT.__dict__, "code_ref": ref})
     job = job_manifest(spec, BuildSettings.from_settings("k8s", SETTINGS), CLUSTER)
@@ -72,8 +93,10 @@ def test_it_says_what_is_missing_in_the_cluster_settings():
 
 def pod(phase, state=None, name="image-build-pod"):
     statuses = [{"name": "kaniko", "state": state}] if state else []
-    return {"metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
-            "status": {"phase": phase, "containerStatuses": statuses}}
+    return {
+        "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"phase": phase, "containerStatuses": statuses},
+    }
 
 
 def test_it_reads_the_phase_from_the_job_and_its_pod():
@@ -81,11 +104,21 @@ def test_it_reads_the_phase_from_the_job_and_its_pod():
     assert observe({}, []).phase == QUEUED
     assert observe({}, [pod("Pending", {"waiting": {"reason": "ContainerCreating"}})]).phase == QUEUED
     assert observe({}, [pod("Running", {"running": {}})]).phase == BUILDING
-    done = observe({"status": {"conditions": [{"type": "Complete", "status": "True"}]}},
-                   [pod("Succeeded", {"terminated": {"exitCode": 0, "message": digest}})])
+    done = observe(
+        {"status": {"conditions": [{"type": "Complete", "status": "True"}]}},
+        [pod("Succeeded", {"terminated": {"exitCode": 0, "message": digest}})],
+    )
     assert (done.phase, done.digest) == (SUCCEEDED, digest)
-    late = observe({"status": {"conditions": [{"type": "Failed", "status": "True",
-                                              "message": "Job was active longer than specified deadline"}]}}, [])
+    late = observe(
+        {
+            "status": {
+                "conditions": [
+                    {"type": "Failed", "status": "True", "message": "Job was active longer than specified deadline"}
+                ]
+            }
+        },
+        [],
+    )
     assert (late.phase, late.message) == (FAILED, "Kubernetes: Job was active longer than specified deadline.")
     assert observe(None, []).phase == FAILED
 

@@ -5,8 +5,14 @@ from images import services
 from images.models import ImageBuild
 from tests.builds.conftest import DOCKERFILE
 
-FORM = {"name": "torch-audio", "department": "vision", "cluster": "k8s", "framework": "pytorch",
-        "dockerfile": DOCKERFILE, "base_packages": "torch==2.4.0\n"}
+FORM = {
+    "name": "torch-audio",
+    "department": "vision",
+    "cluster": "k8s",
+    "framework": "pytorch",
+    "dockerfile": DOCKERFILE,
+    "base_packages": "torch==2.4.0\n",
+}
 
 
 def signed_in(client, user):
@@ -52,7 +58,7 @@ def test_outsiders_get_404_and_members_cancel_from_the_page(world, cluster, clie
     response = signed_in(client, world.carol).post(f"/images/builds/{build.pk}/cancel/", follow=True)
     page = response.content.decode()
     assert "Build of image torch-audio cancelled." in page and "Cancelled" in page and "Cancel build" not in page
-    assert 'hx-trigger' not in page.split('id="build-live"')[1].split(">")[0]
+    assert "hx-trigger" not in page.split('id="build-live"')[1].split(">")[0]
 
 
 def test_the_images_page_speaks_chinese(world, cluster, client):

@@ -24,10 +24,10 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from demo.data import publish_example_repo
 from jobs import services as portal_services
 from jobs.models import Job as PortalJob
 from models_registry.selectors import job_run_dirs
-from demo.data import publish_example_repo
 from tests.processes import Processes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,8 +167,7 @@ def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     accumulator = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
     accumulator.Reload()
     return {
-        tag: [(event.step, event.value) for event in accumulator.Scalars(tag)]
-        for tag in accumulator.Tags()["scalars"]
+        tag: [(event.step, event.value) for event in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
     }
 
 
@@ -326,8 +325,15 @@ def test_it_checkpoints_into_portal_checkpoint_dir_and_a_rerun_with_a_new_output
     assert f"resumed from checkpoint {checkpoints / 'checkpoint.joblib'} at epoch {reached}/6" in resumed.stdout
     assert f"trained {6 - reached} epochs in this run, 6/6 in total" in resumed.stdout
     summary = json.loads((job.output_dir / "train-summary.json").read_text())
-    assert summary == {"rank": 0, "run_index": 1, "resumed": True, "epochs_this_run": 6 - reached, "epochs_total": 6,
-                       "epochs": 6, "finished": True}
+    assert summary == {
+        "rank": 0,
+        "run_index": 1,
+        "resumed": True,
+        "epochs_this_run": 6 - reached,
+        "epochs_total": 6,
+        "epochs": 6,
+        "finished": True,
+    }
     assert_good_model(job.output_dir)
     assert not (checkpoints / "checkpoint.joblib").exists()
 
@@ -345,8 +351,13 @@ def wait_until(predicate, *, timeout: float, what: str, processes):
             return value
         time.sleep(0.5)
     for job in PortalJob.objects.order_by("pk"):
-        print(job.pk, job.name, job.status, job.status_message,
-              list(job.events.values_list("to_status", "reason", "message")))
+        print(
+            job.pk,
+            job.name,
+            job.status,
+            job.status_message,
+            list(job.events.values_list("to_status", "reason", "message")),
+        )
     print(processes.logs())
     pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
@@ -372,17 +383,34 @@ def test_through_the_portal_a_job_preempted_by_a_reclaim_resumes_from_its_checkp
             return PortalJob.objects.get(pk=job_id).status
 
         # nlp borrows all 8 GPUs with preemptible work; vision then takes 2 of its nominal back.
-        borrower = submit(bob, name="digits-resume", department="nlp", gpus_per_worker=8, priority="low",
-                          command="python train.py --epochs 6 --sleep-per-epoch 2")
-        wait_until(lambda: "epoch 2/6" in log(borrower), timeout=600, what="two epochs of the borrower",
-                   processes=processes)
-        claimant = submit(alice, name="claimant", department="vision", gpus_per_worker=2,
-                          command="python -c \"print('vision has its GPUs back')\"")
+        borrower = submit(
+            bob,
+            name="digits-resume",
+            department="nlp",
+            gpus_per_worker=8,
+            priority="low",
+            command="python train.py --epochs 6 --sleep-per-epoch 2",
+        )
+        wait_until(
+            lambda: "epoch 2/6" in log(borrower), timeout=600, what="two epochs of the borrower", processes=processes
+        )
+        claimant = submit(
+            alice,
+            name="claimant",
+            department="vision",
+            gpus_per_worker=2,
+            command="python -c \"print('vision has its GPUs back')\"",
+        )
         assert PortalJob.objects.get(pk=claimant).pending_reason == "preemption_in_progress"
-        wait_until(lambda: status(claimant) == "succeeded", timeout=180, what="the claimant to run",
-                   processes=processes)
-        wait_until(lambda: status(borrower) in ("succeeded", "failed", "cancelled"), timeout=300,
-                   what="the borrower to run again and end", processes=processes)
+        wait_until(
+            lambda: status(claimant) == "succeeded", timeout=180, what="the claimant to run", processes=processes
+        )
+        wait_until(
+            lambda: status(borrower) in ("succeeded", "failed", "cancelled"),
+            timeout=300,
+            what="the borrower to run again and end",
+            processes=processes,
+        )
     finally:
         processes.stop()
 

@@ -5,15 +5,18 @@ import re
 import pytest
 from django.test import Client
 
-from jobs.models import Job
 from accounts.models import AuditEvent, Membership
 from clusters.models import GpuPool, Storage
+from jobs.models import Job
 from quotas.models import PriorityClass, Quota
 
 JOB = {"name": "q", "code_url": "https://git.example.com/r.git", "command": "python train.py"}
 
-DEPARTMENT_PAGES = ["/console/departments/{slug}/members/", "/console/departments/{slug}/quotas/",
-                    "/console/departments/{slug}/storage/"]
+DEPARTMENT_PAGES = [
+    "/console/departments/{slug}/members/",
+    "/console/departments/{slug}/quotas/",
+    "/console/departments/{slug}/storage/",
+]
 GLOBAL_PAGES = ["/console/", "/console/priorities/", "/console/usage/", "/console/audit/"]
 
 
@@ -38,6 +41,7 @@ def audit_actions(**filters) -> list[tuple[str, str]]:
 
 
 # --- Who gets in -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", GLOBAL_PAGES + [p.format(slug="vision") for p in DEPARTMENT_PAGES])
 def test_it_sends_anonymous_visitors_to_sign_in(client, world, path):
@@ -81,26 +85,35 @@ def test_the_navigation_links_the_console_for_admins_only(world):
 
 # --- Members and roles ----------------------------------------------------------------------
 
+
 def test_a_dept_admin_adds_a_member_changes_the_role_and_removes_them(world):
     carol = browser(world.carol)
     added = carol.post("/console/departments/vision/members/", {"username": "bob", "role": "member"}, follow=True)
     assert "bob is now Member of vision." in text(added)
     membership = Membership.objects.get(user=world.bob, department__slug="vision")
     assert membership.role == "member"
-    promoted = carol.post(f"/console/departments/vision/members/{membership.pk}/role/", {f"m{membership.pk}-role": "dept_admin"},
-                          follow=True)
+    promoted = carol.post(
+        f"/console/departments/vision/members/{membership.pk}/role/",
+        {f"m{membership.pk}-role": "dept_admin"},
+        follow=True,
+    )
     assert "bob is now Department admin." in text(promoted)
     assert Membership.objects.get(pk=membership.pk).role == "dept_admin"
     removed = carol.post(f"/console/departments/vision/members/{membership.pk}/remove/", follow=True)
     assert "bob was removed from vision." in text(removed)
     assert not Membership.objects.filter(pk=membership.pk).exists()
     assert audit_actions(department__slug="vision") == [
-        ("membership.add", "bob"), ("membership.role", "bob"), ("membership.remove", "bob")]
+        ("membership.add", "bob"),
+        ("membership.role", "bob"),
+        ("membership.remove", "bob"),
+    ]
     assert Membership.objects.get(user=world.bob, department__slug="nlp").role == "member"
 
 
 def test_it_says_when_there_is_no_such_user(world):
-    response = browser(world.carol).post("/console/departments/vision/members/", {"username": "mallory", "role": "member"})
+    response = browser(world.carol).post(
+        "/console/departments/vision/members/", {"username": "mallory", "role": "member"}
+    )
     assert response.status_code == 400
     assert "No active user is called &#x27;mallory&#x27;." in text(response)
     assert not AuditEvent.objects.exists()
@@ -109,7 +122,9 @@ def test_it_says_when_there_is_no_such_user(world):
 def test_the_last_dept_admin_cannot_demote_or_remove_themselves(world):
     carol = browser(world.carol)
     mine = Membership.objects.get(user=world.carol, department__slug="vision")
-    demoted = carol.post(f"/console/departments/vision/members/{mine.pk}/role/", {f"m{mine.pk}-role": "member"}, follow=True)
+    demoted = carol.post(
+        f"/console/departments/vision/members/{mine.pk}/role/", {f"m{mine.pk}-role": "member"}, follow=True
+    )
     assert "carol is the last department admin of vision; make someone else admin first." in text(demoted)
     removed = carol.post(f"/console/departments/vision/members/{mine.pk}/remove/", follow=True)
     assert "carol is the last department admin of vision" in text(removed)
@@ -143,16 +158,24 @@ def test_a_platform_admin_may_remove_the_last_dept_admin(world):
 
 # --- Quotas -----------------------------------------------------------------------------------
 
+
 def quota_form(pool, nominal, borrowing="", lending="", action="preview") -> dict:
-    return {f"pool{pool.pk}-nominal": nominal, f"pool{pool.pk}-borrowing_limit": borrowing,
-            f"pool{pool.pk}-lending_limit": lending, "action": action}
+    return {
+        f"pool{pool.pk}-nominal": nominal,
+        f"pool{pool.pk}-borrowing_limit": borrowing,
+        f"pool{pool.pk}-lending_limit": lending,
+        "action": action,
+    }
 
 
 def test_dept_admins_read_quotas_and_cannot_change_them(world):
     page = browser(world.carol).get("/console/departments/vision/quotas/")
     assert "Quotas and live usage" in text(page) and "Preview the change" not in text(page)
     pool = GpuPool.objects.get(gpu_type="sim")
-    assert browser(world.carol).post("/console/departments/vision/quotas/", quota_form(pool, 6, action="save")).status_code == 403
+    assert (
+        browser(world.carol).post("/console/departments/vision/quotas/", quota_form(pool, 6, action="save")).status_code
+        == 403
+    )
     assert Quota.objects.get(department__slug="vision").nominal == 4
 
 
@@ -216,6 +239,7 @@ def test_a_preview_says_when_nothing_waits(world):
 
 # --- Priority classes -------------------------------------------------------------------------
 
+
 def test_dept_admins_read_priority_classes_only(world):
     page = text(browser(world.carol).get("/console/priorities/"))
     assert "<code>high</code>" in page and "New priority class" not in page and "Edit high" not in page
@@ -230,7 +254,9 @@ def test_dept_admins_read_priority_classes_only(world):
 
 def test_a_platform_admin_creates_and_edits_priority_classes(world):
     admin = browser(world.admin)
-    created = admin.post("/console/priorities/", {"name": "urgent", "value": 2000, "description": "Deadlines"}, follow=True)
+    created = admin.post(
+        "/console/priorities/", {"name": "urgent", "value": 2000, "description": "Deadlines"}, follow=True
+    )
     assert "Priority class urgent created." in text(created)
     urgent = PriorityClass.objects.get(name="urgent")
     assert (urgent.value, urgent.preemptible, urgent.description) == (2000, False, "Deadlines")
@@ -247,36 +273,55 @@ def test_a_platform_admin_creates_and_edits_priority_classes(world):
 
 # --- Storage ------------------------------------------------------------------------------------
 
+
 def test_a_dept_admin_creates_edits_and_deletes_storage(world, tmp_path):
     carol = browser(world.carol)
     (tmp_path / "scratch").mkdir()
-    created = carol.post("/console/departments/vision/storage/", {
-        "name": "vision-scratch", "kind": "local", "local_path": f"{tmp_path}/scratch", "description": "Scratch"},
-        follow=True)
+    created = carol.post(
+        "/console/departments/vision/storage/",
+        {"name": "vision-scratch", "kind": "local", "local_path": f"{tmp_path}/scratch", "description": "Scratch"},
+        follow=True,
+    )
     assert "Storage vision-scratch created." in text(created)
     volume = Storage.objects.get(department__slug="vision", name="vision-scratch")
     assert (volume.kind, volume.local_path) == ("local", f"{tmp_path}/scratch")
     assert carol.get(f"/console/departments/vision/storage/{volume.pk}/").status_code == 200
-    carol.post(f"/console/departments/vision/storage/{volume.pk}/", {"kind": "pvc", "pvc_name": "scratch-claim",
-                                                                     "local_path": "/ignored"})
+    carol.post(
+        f"/console/departments/vision/storage/{volume.pk}/",
+        {"kind": "pvc", "pvc_name": "scratch-claim", "local_path": "/ignored"},
+    )
     volume.refresh_from_db()
     assert (volume.kind, volume.pvc_name, volume.local_path) == ("pvc", "scratch-claim", "")
-    assert "Delete storage volume vision-scratch?" in text(carol.get(f"/console/departments/vision/storage/{volume.pk}/delete/"))
+    assert "Delete storage volume vision-scratch?" in text(
+        carol.get(f"/console/departments/vision/storage/{volume.pk}/delete/")
+    )
     deleted = carol.post(f"/console/departments/vision/storage/{volume.pk}/delete/", follow=True)
     assert "Storage vision-scratch deleted." in text(deleted)
     assert not Storage.objects.filter(pk=volume.pk).exists()
     assert audit_actions(department__slug="vision") == [
-        ("storage.create", "vision-scratch"), ("storage.update", "vision-scratch"), ("storage.delete", "vision-scratch")]
+        ("storage.create", "vision-scratch"),
+        ("storage.update", "vision-scratch"),
+        ("storage.delete", "vision-scratch"),
+    ]
 
 
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"name": "scratch", "kind": "local", "local_path": "data/scratch"}, "Give an absolute path without &#x27;..&#x27;"),
-        ({"name": "scratch", "kind": "local", "local_path": "/data/../etc"}, "Give an absolute path without &#x27;..&#x27;"),
+        (
+            {"name": "scratch", "kind": "local", "local_path": "data/scratch"},
+            "Give an absolute path without &#x27;..&#x27;",
+        ),
+        (
+            {"name": "scratch", "kind": "local", "local_path": "/data/../etc"},
+            "Give an absolute path without &#x27;..&#x27;",
+        ),
         ({"name": "scratch", "kind": "local", "local_path": ""}, "Local storage needs the absolute path"),
         ({"name": "scratch", "kind": "pvc", "pvc_name": "Bad_Claim"}, "Give the PersistentVolumeClaim&#x27;s name"),
-        ({"name": "Not A Name", "kind": "pvc", "pvc_name": "claim"}, "Use lower-case letters, digits and &#x27;-&#x27;"),
+        (
+            {"name": "Not A Name", "kind": "pvc", "pvc_name": "claim"},
+            "Use lower-case letters, digits and &#x27;-&#x27;",
+        ),
         ({"name": "vision-datasets", "kind": "pvc", "pvc_name": "claim"}, "already exists"),
         ({"name": "scratch", "kind": "local", "local_path": "/etc"}, "/etc is a system directory"),
     ],
@@ -309,6 +354,7 @@ def test_storage_of_another_department_is_not_found(world):
 
 
 # --- Usage report ---------------------------------------------------------------------------------
+
 
 def test_the_usage_page_draws_the_chart_from_portal_assets_and_links_csv(world):
     submit(world, world.alice, gpus_per_worker=2)
@@ -348,6 +394,7 @@ def test_the_usage_page_says_what_is_wrong_with_the_dates(world):
 
 
 # --- Audit log --------------------------------------------------------------------------------------
+
 
 def test_the_audit_log_shows_changes_and_cancellations_by_others_within_ones_departments(world):
     job = submit(world, world.alice)

@@ -44,7 +44,12 @@ REASONS = {
 
 def submit(user, **fields):
     values, type_errors = parse_job_input(
-        {"name": "digits", "department": "vision", "code_url": "https://git.example.com/t/r.git", "command": "python t.py"}
+        {
+            "name": "digits",
+            "department": "vision",
+            "code_url": "https://git.example.com/t/r.git",
+            "command": "python t.py",
+        }
         | fields
     )
     return services.job_submit(user=user, data=values, type_errors=type_errors)[0]
@@ -71,10 +76,11 @@ def page(client, url: str) -> str:
 
 # --- The switch --------------------------------------------------------------------------
 
+
 def test_the_switch_offers_both_languages_and_comes_back_to_the_page(client, world):
     html = page(client, "/login/?next=/jobs/")
-    switcher = html[html.index('action="/i18n/setlang/"'):]
-    switcher = switcher[:switcher.index("</form>")]
+    switcher = html[html.index('action="/i18n/setlang/"') :]
+    switcher = switcher[: switcher.index("</form>")]
     assert 'name="next" value="/login/?next=/jobs/"' in switcher
     assert '<button type="submit" name="language" value="en" lang="en" aria-pressed="true">English</button>' in switcher
     assert 'value="zh-hans" lang="zh-hans" aria-pressed="false">简体中文</button>' in switcher
@@ -103,7 +109,7 @@ def test_the_head_links_the_favicon_and_the_javascript_catalogue(client, world):
 
 
 def test_the_javascript_catalogue_follows_the_language(client, world):
-    entry = f'{json.dumps("Following the log…")}: {json.dumps("正在跟踪日志…")}'  # as the catalogue escapes it
+    entry = f"{json.dumps('Following the log…')}: {json.dumps('正在跟踪日志…')}"  # as the catalogue escapes it
     english = client.get("/jsi18n/")
     assert english.status_code == 200 and "javascript" in english["Content-Type"]
     assert json.dumps("Following the log…") not in english.content.decode()
@@ -114,21 +120,48 @@ def test_the_javascript_catalogue_follows_the_language(client, world):
 
 # --- The pages in Chinese ------------------------------------------------------------------
 
+
 def test_the_dashboard_speaks_chinese(chinese, world):
     submit(world.alice, name="big", gpus_per_worker=8)
     submit(world.alice, name="waiting")
     html = page(chinese, "/")
     assert '<html lang="zh-hans">' in html
-    for text in ["欢迎，alice", "概览", "我最近的任务", "我排队中的任务", "各部门 GPU 用量", "等待原因", "已准入", "排队中",
-                 "保障配额 4，已用 8，借用 4；资源池共 8；等待 1", "<td>成员</td>"]:
+    for text in [
+        "欢迎，alice",
+        "概览",
+        "我最近的任务",
+        "我排队中的任务",
+        "各部门 GPU 用量",
+        "等待原因",
+        "已准入",
+        "排队中",
+        "保障配额 4，已用 8，借用 4；资源池共 8；等待 1",
+        "<td>成员</td>",
+    ]:
         assert text in html, text
     assert "Welcome" not in html and "My recent jobs" not in html
 
 
 def test_the_submit_form_labels_are_chinese_and_english_stays_exact(chinese):
     html = page(chinese, "/jobs/new/")
-    for label in ["名称", "部门", "集群", "代码地址", "代码版本", "启动命令", "镜像", "依赖包", "工作进程数",
-                  "每个工作进程的 GPU 数", "GPU 类型", "优先级", "存储挂载", "环境变量", "TensorBoard", "最长运行时间"]:
+    for label in [
+        "名称",
+        "部门",
+        "集群",
+        "代码地址",
+        "代码版本",
+        "启动命令",
+        "镜像",
+        "依赖包",
+        "工作进程数",
+        "每个工作进程的 GPU 数",
+        "GPU 类型",
+        "优先级",
+        "存储挂载",
+        "环境变量",
+        "TensorBoard",
+        "最长运行时间",
+    ]:
         assert f">{label}</label>" in html, label
     assert '<button type="submit">提交任务</button>' in html
     switch(chinese, "en")
@@ -137,8 +170,10 @@ def test_the_submit_form_labels_are_chinese_and_english_stays_exact(chinese):
 
 
 def test_a_rejected_submission_explains_itself_in_chinese(chinese):
-    response = chinese.post("/jobs/new/", {"name": "x", "department": "vision", "code_url": "", "command": "",
-                                           "mounts": "no-colon", "env": "NOCOLON"})
+    response = chinese.post(
+        "/jobs/new/",
+        {"name": "x", "department": "vision", "code_url": "", "command": "", "mounts": "no-colon", "env": "NOCOLON"},
+    )
     html = response.content.decode()
     assert "任务未提交。请修改下方标出的字段。" in html
     assert "第 1 行：应写成 存储名:/路径（只读则加 :ro），而不是 &#x27;no-colon&#x27;。" in html
@@ -149,15 +184,35 @@ def test_the_jobs_list_and_job_page_speak_chinese(chinese, world):
     big = submit(world.alice, name="big", gpus_per_worker=8)
     waiting = submit(world.alice, name="waiting")
     html = page(chinese, "/jobs/")
-    for text in ["提交任务", "我的全部部门", "任意状态", "筛选", "在 TensorBoard 中对比", "已准入", "排队中",
-                 "第 1 页，共 1 页（2 个任务）"]:
+    for text in [
+        "提交任务",
+        "我的全部部门",
+        "任意状态",
+        "筛选",
+        "在 TensorBoard 中对比",
+        "已准入",
+        "排队中",
+        "第 1 页，共 1 页（2 个任务）",
+    ]:
         assert text in html, text
     html = page(chinese, f"/jobs/{big.pk}/")
-    for text in ["克隆", "取消任务", "资源分配", "时间线", "排队中 → <strong>已准入</strong>", "日志", "跟踪", "打开 TensorBoard"]:
+    for text in [
+        "克隆",
+        "取消任务",
+        "资源分配",
+        "时间线",
+        "排队中 → <strong>已准入</strong>",
+        "日志",
+        "跟踪",
+        "打开 TensorBoard",
+    ]:
         assert text in html, text
     html = page(chinese, f"/jobs/{waiting.pk}/")
     assert "队列第 1 位" in html and "尚未分配" in html
-    assert f"<strong>等待原因：</strong> {REASONS[waiting.pending_reason][0]} <code>{waiting.pending_reason}</code>" in html
+    assert (
+        f"<strong>等待原因：</strong> {REASONS[waiting.pending_reason][0]} <code>{waiting.pending_reason}</code>"
+        in html
+    )
 
 
 def test_the_queue_names_why_jobs_wait_in_chinese_and_english(chinese, world):
@@ -185,6 +240,7 @@ def test_the_console_and_tokens_pages_speak_chinese(client, world):
 
 
 # --- The catalogues --------------------------------------------------------------------------
+
 
 def po_entries(path: Path) -> dict[tuple[str | None, str], dict]:
     """{(msgctxt, msgid): {"plural": msgid_plural, "strs": [msgstr ...], "fuzzy": bool}}; header and obsolete left out."""
@@ -233,12 +289,17 @@ def source_messages() -> tuple[set, set]:
                 if not isinstance(node, ast.Call) or not node.args:
                     continue
                 name = getattr(node.func, "id", getattr(node.func, "attr", ""))
-                strings = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+                strings = [
+                    arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                ]
                 if name in ("_", "gettext", "gettext_lazy", "ngettext", "ngettext_lazy") and strings:
                     django.add((None, strings[0]))
                 elif name in ("pgettext", "pgettext_lazy", "npgettext", "npgettext_lazy") and len(strings) >= 2:
                     django.add((strings[0], strings[1]))
-    script = {(None, ast.literal_eval(text)) for text in re.findall(r"\bgettext\((\"(?:[^\"\\]|\\.)*\")\)", SCRIPT.read_text())}
+    script = {
+        (None, ast.literal_eval(text))
+        for text in re.findall(r"\bgettext\((\"(?:[^\"\\]|\\.)*\")\)", SCRIPT.read_text())
+    }
     return django, script
 
 
@@ -249,16 +310,21 @@ def test_every_entry_is_translated_and_the_compiled_catalogue_matches(domain):
     untranslated = [key for key, entry in entries.items() if entry["fuzzy"] or not all(entry["strs"])]
     assert untranslated == []
     placeholders = re.compile(r"%\(\w+\)[sdr]")
-    mismatched = [key for key, entry in entries.items()
-                  if any(sorted(placeholders.findall(s)) != sorted(placeholders.findall(key[1])) for s in entry["strs"])]
+    mismatched = [
+        key
+        for key, entry in entries.items()
+        if any(sorted(placeholders.findall(s)) != sorted(placeholders.findall(key[1])) for s in entry["strs"])
+    ]
     assert mismatched == []
     with (CATALOGUES / f"{domain}.mo").open("rb") as compiled:
         mo = gettext.GNUTranslations(compiled)
     stale = []
     for (context, msgid), entry in entries.items():
         if entry["plural"] is not None:
-            found = [mo.npgettext(context, msgid, entry["plural"], n) if context else mo.ngettext(msgid, entry["plural"], n)
-                     for n in (1, 2)]
+            found = [
+                mo.npgettext(context, msgid, entry["plural"], n) if context else mo.ngettext(msgid, entry["plural"], n)
+                for n in (1, 2)
+            ]
             expected = [entry["strs"][0]] * 2  # Chinese has one plural form
         else:
             found = mo.pgettext(context, msgid) if context else mo.gettext(msgid)
@@ -270,6 +336,8 @@ def test_every_entry_is_translated_and_the_compiled_catalogue_matches(domain):
 
 def test_every_marked_string_of_the_portal_is_in_a_catalogue():
     django, script = source_messages()
-    assert (None, "Submit job") in django and ("job status", "queued") in django and (None, "Following the log…") in script
+    assert (
+        (None, "Submit job") in django and ("job status", "queued") in django and (None, "Following the log…") in script
+    )
     assert sorted(django - set(po_entries(CATALOGUES / "django.po"))) == [], "run manage.py makemessages"
     assert sorted(script - set(po_entries(CATALOGUES / "djangojs.po"))) == [], "run manage.py makemessages -d djangojs"

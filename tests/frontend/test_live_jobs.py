@@ -19,7 +19,12 @@ ORIGIN = (b"origin", b"http://localhost")
 
 def submit(user, **fields):
     values, type_errors = parse_job_input(
-        {"name": "live", "department": "vision", "code_url": "https://git.example.com/t/r.git", "command": "python t.py"}
+        {
+            "name": "live",
+            "department": "vision",
+            "code_url": "https://git.example.com/t/r.git",
+            "command": "python t.py",
+        }
         | fields
     )
     return services.job_submit(user=user, data=values, type_errors=type_errors)[0]
@@ -69,7 +74,11 @@ def test_a_status_transition_is_pushed_to_the_jobs_socket(world, client):
     message = async_to_sync(exchange)()
     assert message["type"] == "job"
     assert message["job"] | {"status_message": ""} == {
-        "id": job.pk, "name": "live", "status": "cancelled", "pending_reason": "", "status_message": "",
+        "id": job.pk,
+        "name": "live",
+        "status": "cancelled",
+        "pending_reason": "",
+        "status_message": "",
         "queue_position": None,
     }
     assert [(e["from_status"], e["to_status"], e["reason"], e["message"]) for e in message["events"]] == [
@@ -142,8 +151,8 @@ def test_nothing_is_pushed_for_a_change_that_was_rolled_back(world, client):
 
 @pytest.mark.django_db(transaction=True, databases="__all__")
 def test_a_member_removed_from_the_department_stops_hearing(world, client, monkeypatch):
-    from frontend.consumers import _LiveConsumer
     from accounts.models import Membership
+    from frontend.consumers import _LiveConsumer
 
     monkeypatch.setattr(_LiveConsumer, "RECHECK_SECONDS", 0.0)  # look again before every message
     job = submit(world.alice)

@@ -11,8 +11,8 @@ from channels.testing import WebsocketCommunicator
 
 from config.asgi import application
 from jobs import services
-from jobs.models import Job
 from jobs.admission import scheduling_cycle
+from jobs.models import Job
 from tests.frontend.test_live_jobs import ORIGIN, receive_until, session_cookie, submit
 
 
@@ -31,7 +31,9 @@ def test_a_cycle_that_moves_a_waiting_job_up_pushes_a_queue_message_to_its_depar
         assert connected
         assert await communicator.receive_json_from(timeout=10) == {"type": "hello"}
         # Cancelling the first waiting job runs a cycle; "second" only moves up, it changes no state.
-        await sync_to_async(services.job_cancel)(user=world.alice, job=await sync_to_async(Job.objects.get)(pk=first.pk))
+        await sync_to_async(services.job_cancel)(
+            user=world.alice, job=await sync_to_async(Job.objects.get)(pk=first.pk)
+        )
         messages = await receive_until(communicator, lambda m: m["type"] == "queue")
         await communicator.disconnect()
         return messages
@@ -59,7 +61,9 @@ def test_other_departments_hear_nothing_of_a_queue_that_is_not_theirs(world, cli
         connected, _ = await communicator.connect(timeout=10)
         assert connected
         await communicator.receive_json_from(timeout=10)
-        await sync_to_async(services.job_cancel)(user=world.alice, job=await sync_to_async(Job.objects.get)(pk=first.pk))
+        await sync_to_async(services.job_cancel)(
+            user=world.alice, job=await sync_to_async(Job.objects.get)(pk=first.pk)
+        )
         # A change of nlp's own afterwards arrives first: vision's queue move was never sent here.
         await sync_to_async(submit)(world.bob, department="nlp", name="ours")
         message = await communicator.receive_json_from(timeout=10)

@@ -12,8 +12,24 @@ from jobs import services
 from jobs.api import parse_job_input
 from jobs.models import Job
 
-LABELS = ["Name", "Department", "Cluster", "Code URL", "Code ref", "Command", "Image", "Requirements", "Workers",
-          "GPUs per worker", "GPU type", "Priority", "Mounts", "Environment", "TensorBoard", "Max runtime"]
+LABELS = [
+    "Name",
+    "Department",
+    "Cluster",
+    "Code URL",
+    "Code ref",
+    "Command",
+    "Image",
+    "Requirements",
+    "Workers",
+    "GPUs per worker",
+    "GPU type",
+    "Priority",
+    "Mounts",
+    "Environment",
+    "TensorBoard",
+    "Max runtime",
+]
 REPO = "https://git.example.com/team/repo.git"
 
 
@@ -35,7 +51,7 @@ def field_html(html: str, name: str) -> str:
     """The markup of one form field's group: its label, input, errors and help."""
     start = html.index(f'id="field-{name}"')
     following = html.find('id="field-', start + 1)
-    return html[start:following if following != -1 else len(html)]
+    return html[start : following if following != -1 else len(html)]
 
 
 def form_as_browser_sends_it(response) -> dict:
@@ -52,6 +68,7 @@ def form_as_browser_sends_it(response) -> dict:
 
 # --- Dashboard -----------------------------------------------------------------------
 
+
 def test_it_shows_my_recent_jobs_usage_bars_and_queued_jobs_on_the_dashboard(client, world):
     big = submit(world.alice, name="big", workers=1, gpus_per_worker=8)
     waiting = submit(world.alice, name="waiting")
@@ -59,9 +76,9 @@ def test_it_shows_my_recent_jobs_usage_bars_and_queued_jobs_on_the_dashboard(cli
     html = signed_in(client, world.alice).get("/").content.decode()
     assert "Welcome, alice" in html
     assert f'href="/jobs/{big.pk}/"' in html and f'href="/jobs/{waiting.pk}/"' in html
-    queued = html[html.index("My queued jobs"):html.index("GPU usage by department")]
+    queued = html[html.index("My queued jobs") : html.index("GPU usage by department")]
     assert "waiting" in queued and waiting.pending_reason in queued and "big" not in queued
-    usage = html[html.index("GPU usage by department"):]
+    usage = html[html.index("GPU usage by department") :]
     # vision holds all 8 sim GPUs with a nominal quota of 4: 4 of them are borrowed.
     assert "8 used of 4 nominal, 4 borrowed; pool has 8; 1 waiting" in usage
     assert "Natural Language Processing" not in html
@@ -76,8 +93,13 @@ def test_the_dashboard_says_when_there_is_nothing_to_show(client, world):
 
 def test_the_navigation_links_the_pages_and_the_users_departments(client, world):
     html = signed_in(client, world.alice).get("/").content.decode()
-    for label, url in [("Dashboard", "/"), ("Submit", "/jobs/new/"), ("Jobs", "/jobs/"), ("Queue", "/queue/"),
-                       ("Clusters", "/clusters/")]:
+    for label, url in [
+        ("Dashboard", "/"),
+        ("Submit", "/jobs/new/"),
+        ("Jobs", "/jobs/"),
+        ("Queue", "/queue/"),
+        ("Clusters", "/clusters/"),
+    ]:
         assert re.search(rf'<a href="{re.escape(url)}"[^>]*>{label}</a>', html), label
     assert 'href="/jobs/?department=vision"' in html
     assert 'href="/jobs/?department=nlp"' not in html
@@ -92,6 +114,7 @@ def test_the_vendored_htmx_is_served_by_the_portal(client, world):
 
 # --- Submit form ---------------------------------------------------------------------
 
+
 def test_the_submit_form_has_the_labelled_fields_and_sensible_defaults(client, world):
     response = signed_in(client, world.alice).get("/jobs/new/")
     html = response.content.decode()
@@ -99,10 +122,27 @@ def test_the_submit_form_has_the_labelled_fields_and_sensible_defaults(client, w
         assert re.search(rf"<label[^>]*>{re.escape(label)}</label>", html), label
     assert '<button type="submit">Submit job</button>' in html
     form = response.context["form"]
-    assert {name: form[name].value() for name in
-            ("department", "cluster", "image", "workers", "gpus_per_worker", "gpu_type", "priority", "tensorboard")} == {
-        "department": "vision", "cluster": "local", "image": "python", "workers": 1, "gpus_per_worker": 1,
-        "gpu_type": "sim", "priority": "normal", "tensorboard": True,
+    assert {
+        name: form[name].value()
+        for name in (
+            "department",
+            "cluster",
+            "image",
+            "workers",
+            "gpus_per_worker",
+            "gpu_type",
+            "priority",
+            "tensorboard",
+        )
+    } == {
+        "department": "vision",
+        "cluster": "local",
+        "image": "python",
+        "workers": 1,
+        "gpus_per_worker": 1,
+        "gpu_type": "sim",
+        "priority": "normal",
+        "tensorboard": True,
     }
     assert [value for value, _ in form.fields["department"].choices] == ["vision"]
 
@@ -121,9 +161,18 @@ def test_a_name_a_code_url_and_a_command_are_enough_to_submit(client, world):
     response = client.post("/jobs/new/", data)
     job = Job.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/jobs/{job.pk}/"
-    assert (job.name, job.department.slug, job.cluster.name, job.pool.gpu_type, job.image.name, job.workers,
-            job.gpus_per_worker, job.priority.name, job.tensorboard, job.submitted_by) == (
-        "digits", "vision", "local", "sim", "python", 1, 1.0, "normal", True, world.alice)
+    assert (
+        job.name,
+        job.department.slug,
+        job.cluster.name,
+        job.pool.gpu_type,
+        job.image.name,
+        job.workers,
+        job.gpus_per_worker,
+        job.priority.name,
+        job.tensorboard,
+        job.submitted_by,
+    ) == ("digits", "vision", "local", "sim", "python", 1, 1.0, "normal", True, world.alice)
     assert job.status == "admitted"
     page = client.get(response["Location"]).content.decode()
     assert "Job digits submitted." in page
@@ -132,8 +181,16 @@ def test_a_name_a_code_url_and_a_command_are_enough_to_submit(client, world):
 def test_it_turns_the_text_fields_into_lists_and_mappings(client, world):
     signed_in(client, world.alice)
     data = form_as_browser_sends_it(client.get("/jobs/new/"))
-    data |= {"name": "full", "code_url": REPO, "command": "python train.py", "requirements": "numpy==2.1.0\n\nscipy",
-             "mounts": "vision-datasets:/data:ro", "env": "SEED=1\nMODE=a=b", "max_runtime": "2", "code_ref": "v1"}
+    data |= {
+        "name": "full",
+        "code_url": REPO,
+        "command": "python train.py",
+        "requirements": "numpy==2.1.0\n\nscipy",
+        "mounts": "vision-datasets:/data:ro",
+        "env": "SEED=1\nMODE=a=b",
+        "max_runtime": "2",
+        "code_ref": "v1",
+    }
     response = client.post("/jobs/new/", data)
     assert response.status_code == 302, response.context["form"].errors
     job = Job.objects.get()
@@ -146,8 +203,14 @@ def test_it_turns_the_text_fields_into_lists_and_mappings(client, world):
 def test_validation_errors_appear_beside_their_fields(client, world):
     signed_in(client, world.alice)
     data = form_as_browser_sends_it(client.get("/jobs/new/"))
-    data |= {"name": "Bad_Name", "code_url": "ftp://example.com/repo.git", "command": "", "workers": "100",
-             "env": "no equals sign", "mounts": "nlp-corpora:/data"}
+    data |= {
+        "name": "Bad_Name",
+        "code_url": "ftp://example.com/repo.git",
+        "command": "",
+        "workers": "100",
+        "env": "no equals sign",
+        "mounts": "nlp-corpora:/data",
+    }
     response = client.post("/jobs/new/", data)
     assert response.status_code == 200
     html = response.content.decode()
@@ -171,24 +234,45 @@ def test_someone_in_no_department_is_told_why_they_cannot_submit(client, world, 
 
 
 def test_clone_prefills_the_form_from_a_visible_job(client, world):
-    source = submit(world.alice, name="tuned", command="python train.py --lr 0.1", requirements=["numpy==2.1.0"],
-                    env={"SEED": "7"}, mounts=[{"storage": "vision-datasets", "path": "/data", "read_only": True}],
-                    max_runtime_seconds=5400, gpus_per_worker=0.5)
+    source = submit(
+        world.alice,
+        name="tuned",
+        command="python train.py --lr 0.1",
+        requirements=["numpy==2.1.0"],
+        env={"SEED": "7"},
+        mounts=[{"storage": "vision-datasets", "path": "/data", "read_only": True}],
+        max_runtime_seconds=5400,
+        gpus_per_worker=0.5,
+    )
     response = signed_in(client, world.carol).get(f"/jobs/new/?clone={source.pk}")
     assert response.status_code == 200
     form = response.context["form"]
-    assert {name: form[name].value() for name in ("name", "command", "requirements", "env", "mounts", "max_runtime",
-                                                  "gpus_per_worker", "code_url")} == {
-        "name": "tuned", "command": "python train.py --lr 0.1", "requirements": "numpy==2.1.0", "env": "SEED=7",
-        "mounts": "vision-datasets:/data:ro", "max_runtime": "1.5", "gpus_per_worker": "0.5", "code_url": REPO,
+    assert {
+        name: form[name].value()
+        for name in ("name", "command", "requirements", "env", "mounts", "max_runtime", "gpus_per_worker", "code_url")
+    } == {
+        "name": "tuned",
+        "command": "python train.py --lr 0.1",
+        "requirements": "numpy==2.1.0",
+        "env": "SEED=7",
+        "mounts": "vision-datasets:/data:ro",
+        "max_runtime": "1.5",
+        "gpus_per_worker": "0.5",
+        "code_url": REPO,
     }
     assert f"Cloned from job tuned #{source.pk}" in response.content.decode()
     client.post("/jobs/new/", form_as_browser_sends_it(response))
     clone = Job.objects.exclude(pk=source.pk).get()
-    assert (clone.submitted_by, clone.command, clone.env, clone.gpus_per_worker) == (world.carol, source.command, {"SEED": "7"}, 0.5)
+    assert (clone.submitted_by, clone.command, clone.env, clone.gpus_per_worker) == (
+        world.carol,
+        source.command,
+        {"SEED": "7"},
+        0.5,
+    )
 
 
 # --- Jobs list -----------------------------------------------------------------------
+
 
 def test_the_jobs_list_filters_searches_and_pages(client, world):
     for index in range(27):
@@ -231,6 +315,7 @@ def test_the_live_part_of_the_jobs_list_is_served_alone_for_polling(client, worl
 
 
 # --- Job page ------------------------------------------------------------------------
+
 
 def test_the_job_page_shows_status_timeline_placement_logs_and_tensorboard(client, world):
     job = submit(world.alice, name="digits")
@@ -289,6 +374,7 @@ def test_pages_send_anonymous_visitors_to_sign_in(client, world):
 
 
 # --- Queue and clusters ------------------------------------------------------------------
+
 
 def test_the_queue_shows_admission_order_with_reasons(client, world):
     submit(world.alice, name="big", gpus_per_worker=8)

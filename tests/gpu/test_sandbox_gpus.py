@@ -19,7 +19,7 @@ from jobs.executors.local import LocalExecutor
 from tests.jobs.executor_contract import GitRepo, command_output
 from tests.jobs.test_local_executor import LocalHarness, _subreaper  # noqa: F401 - the fixture reaps the runners
 
-GPUS = sorted(int(path[len("/dev/nvidia"):]) for path in glob.glob("/dev/nvidia[0-9]*"))
+GPUS = sorted(int(path[len("/dev/nvidia") :]) for path in glob.glob("/dev/nvidia[0-9]*"))
 pytestmark = pytest.mark.skipif(not GPUS, reason="no NVIDIA GPU on this machine (run on a GPU host: make test-gpu)")
 
 PROBE = """\
@@ -40,8 +40,13 @@ print(json.dumps(seen))
 
 @pytest.fixture
 def harness(tmp_path_factory):
-    harness = LocalHarness(LocalExecutor(tmp_path_factory.mktemp("gpu"), isolation="sandbox",
-                                         extra_ro_paths=tuple(p for p in ("/opt", "/usr/local/cuda") if os.path.isdir(p))))
+    harness = LocalHarness(
+        LocalExecutor(
+            tmp_path_factory.mktemp("gpu"),
+            isolation="sandbox",
+            extra_ro_paths=tuple(p for p in ("/opt", "/usr/local/cuda") if os.path.isdir(p)),
+        )
+    )
     yield harness
     harness.cleanup()
 

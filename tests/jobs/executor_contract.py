@@ -44,9 +44,21 @@ class GitRepo:
 
     def git(self, *args: str) -> str:
         done = subprocess.run(
-            ["git", "-c", "user.name=Portal Tests", "-c", "user.email=tests@portal.invalid", "-c", "commit.gpgsign=false",
-             *args],
-            cwd=self.path, capture_output=True, text=True, check=True, timeout=30,
+            [
+                "git",
+                "-c",
+                "user.name=Portal Tests",
+                "-c",
+                "user.email=tests@portal.invalid",
+                "-c",
+                "commit.gpgsign=false",
+                *args,
+            ],
+            cwd=self.path,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
         )
         return done.stdout.strip()
 
@@ -66,10 +78,13 @@ def tiny_wheel(folder: Path, name: str = "tinypkg", version: str = "1.0") -> Pat
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: portal-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = "".join(
-        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},{len(text.encode())}\n"
-        for path, text in files.items()
-    ) + f"{info}/RECORD,,\n"
+    record = (
+        "".join(
+            f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},{len(text.encode())}\n"
+            for path, text in files.items()
+        )
+        + f"{info}/RECORD,,\n"
+    )
     wheel = folder / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         for path, text in {**files, f"{info}/RECORD": record}.items():
@@ -82,12 +97,14 @@ def slow_package(folder: Path) -> str:
     folder.mkdir()
     (folder / "pyproject.toml").write_text(
         '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-        '[project]\nname = "slowpkg"\nversion = "1.0"\n')
+        '[project]\nname = "slowpkg"\nversion = "1.0"\n'
+    )
     (folder / "backend.py").write_text(
         "import time\n"
         "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
         "def prepare_metadata_for_build_wheel(directory, config_settings=None):\n    time.sleep(600)\n"
-        "def build_wheel(directory, config_settings=None, metadata_directory=None):\n    time.sleep(600)\n")
+        "def build_wheel(directory, config_settings=None, metadata_directory=None):\n    time.sleep(600)\n"
+    )
     return f"slowpkg @ {folder.as_uri()}"
 
 
@@ -169,16 +186,24 @@ class Harness:
 
     def spec(self, code_url: str, command: str, **fields) -> JobSpec:
         job_id = fields.pop("job_id", None) or self.new_id()
-        defaults = {"name": job_id, "department": "vision", "code_ref": None, "framework": "python", "image": "python:3.11"}
+        defaults = {
+            "name": job_id,
+            "department": "vision",
+            "code_ref": None,
+            "framework": "python",
+            "image": "python:3.11",
+        }
         return JobSpec(job_id=job_id, code_url=code_url, command=command, **{**defaults, **fields})
 
     def placement(self, *workers: tuple[int, ...], fractions: dict[int, float] | None = None) -> Placement:
         """One worker per tuple of GPU indices, all on ``node``."""
         fractions = fractions or {}
-        return Placement(tuple(
-            WorkerPlacement(worker=rank, node=self.node, gpus=gpus, gpu_fraction=fractions.get(rank))
-            for rank, gpus in enumerate(workers or [()])
-        ))
+        return Placement(
+            tuple(
+                WorkerPlacement(worker=rank, node=self.node, gpus=gpus, gpu_fraction=fractions.get(rank))
+                for rank, gpus in enumerate(workers or [()])
+            )
+        )
 
     def launch(self, spec: JobSpec, placement: Placement | None = None) -> str:
         self.launched.append(spec.job_id)
@@ -190,14 +215,18 @@ class Harness:
 
     def wait_final(self, job_id: str, timeout: float = 30) -> ObservedState:
         return wait_for(
-            lambda: (s := self.state(job_id)).phase in FINAL_PHASES and s, timeout=timeout, what=f"{job_id} to end",
+            lambda: (s := self.state(job_id)).phase in FINAL_PHASES and s,
+            timeout=timeout,
+            what=f"{job_id} to end",
         )
 
     def log(self, job_id: str, worker: int = 0) -> str:
         return "".join(self.executor.logs(job_id, worker))
 
     def wait_log(self, job_id: str, text: str, worker: int = 0, timeout: float = 30) -> str:
-        return wait_for(lambda: text in (log := self.log(job_id, worker)) and log, timeout=timeout, what=f"{text!r} in the log")
+        return wait_for(
+            lambda: text in (log := self.log(job_id, worker)) and log, timeout=timeout, what=f"{text!r} in the log"
+        )
 
     def cleanup(self) -> None:
         """Stop whatever a failed test left running, and check that every job let go of everything."""
@@ -226,8 +255,15 @@ class ExecutorContract:
     def test_the_command_sees_the_job_environment_contract(self, harness, repo, tmp_path):
         url, vision = harness.code_url(repo.path), harness.mount("vision-datasets", tmp_path)
         pytorch = harness.launch(
-            harness.spec(url, "python dump_env.py", framework="pytorch", workers=2, name="resnet-train",
-                         mounts=(vision, harness.mount("scratch.2024", tmp_path)), env={"MY_SETTING": "on"}),
+            harness.spec(
+                url,
+                "python dump_env.py",
+                framework="pytorch",
+                workers=2,
+                name="resnet-train",
+                mounts=(vision, harness.mount("scratch.2024", tmp_path)),
+                env={"MY_SETTING": "on"},
+            ),
             harness.placement((0, 1), (2,)),
         )
         tensorflow = harness.launch(
@@ -249,8 +285,10 @@ class ExecutorContract:
             assert "TF_CONFIG" not in env
             assert "PORTAL_GPU_FRACTION" not in env
             assert env["PORTAL_DATA_VISION_DATASETS"] and env["PORTAL_DATA_SCRATCH_2024"]
-            assert seen[rank]["data_files"] == {"PORTAL_DATA_VISION_DATASETS": "vision-datasets",
-                                                "PORTAL_DATA_SCRATCH_2024": "scratch.2024"}
+            assert seen[rank]["data_files"] == {
+                "PORTAL_DATA_VISION_DATASETS": "vision-datasets",
+                "PORTAL_DATA_SCRATCH_2024": "scratch.2024",
+            }
             assert seen[rank]["dirs"] == {"TENSORBOARD_LOG_DIR": True, "PORTAL_OUTPUT_DIR": True}
             assert "dump_env.py" in seen[rank]["cwd_files"]  # the command runs in the checkout
         assert env0["CUDA_VISIBLE_DEVICES"] == "0,1"
@@ -268,7 +306,9 @@ class ExecutorContract:
         assert tf[0]["CUDA_VISIBLE_DEVICES"] == "3" and tf[1]["CUDA_VISIBLE_DEVICES"] == ""
 
     def test_two_workers_meet_at_master_addr_and_master_port(self, harness, repo):
-        job = harness.launch(harness.spec(harness.code_url(repo.path), "python meet.py", framework="pytorch", workers=2))
+        job = harness.launch(
+            harness.spec(harness.code_url(repo.path), "python meet.py", framework="pytorch", workers=2)
+        )
         state = harness.wait_final(job)
         assert (state.phase, state.exit_code) == ("succeeded", 0), state.message
         assert "rank 0 heard: hello rank 0, rank 1 here" in command_output(harness.log(job, 0))
@@ -284,16 +324,26 @@ class ExecutorContract:
         feature = repo.commit({"version.txt": "feature branch\n"})
         repo.git("checkout", "--quiet", "main")
 
-        refs = {None: (main, "main"), "feature": (feature, "feature branch"), "v1": (tagged, "tagged"),
-                pinned: (pinned, "pinned commit"), pinned[:8]: (pinned, "pinned commit")}
-        jobs = {ref: harness.launch(harness.spec(harness.code_url(repo.path), "cat version.txt", code_ref=ref)) for ref in refs}
+        refs = {
+            None: (main, "main"),
+            "feature": (feature, "feature branch"),
+            "v1": (tagged, "tagged"),
+            pinned: (pinned, "pinned commit"),
+            pinned[:8]: (pinned, "pinned commit"),
+        }
+        jobs = {
+            ref: harness.launch(harness.spec(harness.code_url(repo.path), "cat version.txt", code_ref=ref))
+            for ref in refs
+        }
         for ref, (commit, text) in refs.items():
             state = harness.wait_final(jobs[ref])
             assert (state.phase, state.commit) == ("succeeded", commit), (ref, state)
             assert command_output(harness.log(jobs[ref]))[-1] == text, ref
 
         # A re-run (after a preemption) carries the commit its first run resolved: the branch moved on since.
-        rerun = harness.launch(harness.spec(harness.code_url(repo.path), "cat version.txt", code_ref="main", commit=pinned))
+        rerun = harness.launch(
+            harness.spec(harness.code_url(repo.path), "cat version.txt", code_ref="main", commit=pinned)
+        )
         state = harness.wait_final(rerun)
         assert (state.phase, state.commit) == ("succeeded", pinned), state
         assert command_output(harness.log(rerun))[-1] == "pinned commit"
@@ -312,8 +362,12 @@ class ExecutorContract:
     def test_requirements_are_installed_once_then_reused(self, harness, tmp_path):
         requirement = f"tinypkg @ {tiny_wheel(tmp_path).as_uri()}"
         repo = GitRepo(tmp_path / "needs-tinypkg")
-        repo.commit({"requirements.txt": f"# what train.py imports\n{requirement}\n",
-                     "train.py": "import tinypkg\nprint(tinypkg.VALUE)\n"})
+        repo.commit(
+            {
+                "requirements.txt": f"# what train.py imports\n{requirement}\n",
+                "train.py": "import tinypkg\nprint(tinypkg.VALUE)\n",
+            }
+        )
         url = harness.code_url(repo.path)
 
         first = harness.launch(harness.spec(url, "python train.py"))
@@ -340,9 +394,12 @@ class ExecutorContract:
             assert "reusing" not in harness.log(job) and state.started_at is None
 
     def test_logs_are_read_from_an_offset_and_can_be_followed(self, harness, repo):
-        job = harness.launch(harness.spec(
-            harness.code_url(repo.path), 'for i in 1 2 3 4 5 6; do echo "line $i"; sleep 0.1; done; printf "no newline"',
-        ))
+        job = harness.launch(
+            harness.spec(
+                harness.code_url(repo.path),
+                'for i in 1 2 3 4 5 6; do echo "line $i"; sleep 0.1; done; printf "no newline"',
+            )
+        )
         followed, while_running, offset = [], [], 0
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -356,7 +413,9 @@ class ExecutorContract:
                 break
             time.sleep(0.05)
         assert [line for line in followed if not line.startswith("[portal]")] == [
-            *(f"line {i}\n" for i in range(1, 7)), "no newline"]
+            *(f"line {i}\n" for i in range(1, 7)),
+            "no newline",
+        ]
         assert any(line.startswith("line ") for line in while_running), "nothing was followed while the job ran"
         assert all(line.endswith("\n") for line in while_running), "a partial line was handed out while running"
 
@@ -366,11 +425,13 @@ class ExecutorContract:
         assert list(harness.executor.logs(job, 0, since=len(whole.encode()))) == []
 
     def test_cancel_gives_the_command_its_grace_period_to_checkpoint(self, harness, repo):
-        job = harness.launch(harness.spec(
-            harness.code_url(repo.path),
-            """trap 'echo saved > "$PORTAL_OUTPUT_DIR/checkpoint"; echo checkpointed; exit 0' TERM
+        job = harness.launch(
+            harness.spec(
+                harness.code_url(repo.path),
+                """trap 'echo saved > "$PORTAL_OUTPUT_DIR/checkpoint"; echo checkpointed; exit 0' TERM
                echo ready; while true; do sleep 0.1; done""",
-        ))
+            )
+        )
         harness.wait_log(job, "ready\n")
         asked = time.monotonic()
         harness.executor.cancel(job, 30)
@@ -383,7 +444,9 @@ class ExecutorContract:
         harness.assert_released(job)
 
     def test_cancel_kills_a_command_that_ignores_sigterm_once_the_grace_is_over(self, harness, repo):
-        job = harness.launch(harness.spec(harness.code_url(repo.path), "trap '' TERM; echo ready; sleep 60; echo survived"))
+        job = harness.launch(
+            harness.spec(harness.code_url(repo.path), "trap '' TERM; echo ready; sleep 60; echo survived")
+        )
         harness.wait_log(job, "ready\n")
         asked = time.monotonic()
         harness.executor.cancel(job, 1)
@@ -401,10 +464,13 @@ class ExecutorContract:
         harness.assert_released(job)
 
     def test_a_failing_worker_stops_the_others_and_fails_the_job(self, harness, repo):
-        job = harness.launch(harness.spec(
-            harness.code_url(repo.path), 'if [ "$RANK" = 1 ]; then echo "rank 1 is out of memory"; exit 3; fi; sleep 60',
-            workers=2,
-        ))
+        job = harness.launch(
+            harness.spec(
+                harness.code_url(repo.path),
+                'if [ "$RANK" = 1 ]; then echo "rank 1 is out of memory"; exit 3; fi; sleep 60',
+                workers=2,
+            )
+        )
         state = harness.wait_final(job)
         assert (state.phase, state.reason, state.exit_code) == ("failed", "worker_failed", 3), state
         assert "worker 1" in state.message and "code 3" in state.message

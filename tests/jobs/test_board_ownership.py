@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from tensorboards import services as boards
 from clusters import listeners, local_procs
+from tensorboards import services as boards
 from tensorboards.models import TensorBoard
 from tests.jobs.test_tensorboard import fetch, poll, portal, submit_with_events, wait_running  # noqa: F401 - fixture
 
@@ -61,12 +61,18 @@ def impostors():
         argv = [PARENT, IMPOSTOR] if child else [IMPOSTOR, "127.0.0.1"]
         deadline = time.monotonic() + 15
         while True:  # the port may be held a moment longer by the process that just died
-            process = subprocess.Popen([sys.executable, "-c", *argv, str(port), body.decode()],
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                [sys.executable, "-c", *argv, str(port), body.decode()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             started.append(process)
-            if poll(lambda: process.poll() is not None or _answers(port), what=f"an impostor on {port}", timeout=15) \
-                    and process.poll() is None:
+            if (
+                poll(lambda: process.poll() is not None or _answers(port), what=f"an impostor on {port}", timeout=15)
+                and process.poll() is None
+            ):
                 return process
             if time.monotonic() > deadline:
                 raise AssertionError(f"no impostor could bind port {port}")
@@ -117,6 +123,7 @@ def test_the_proxy_never_serves_an_impostor_that_killed_the_board_and_took_its_p
         page, html = fetch(f"/tensorboard/{job_id}/", user=portal.alice, accept="text/html")
         assert PWNED not in html
         return page.status_code == 200 and b"<title>TensorBoard</title>" in html
+
     poll(back, what="a fresh board")
     fresh = TensorBoard.objects.get(pk=board.pk)
     assert fresh.status == "running" and fresh.pid != board.pid and fresh.port != board.port

@@ -27,8 +27,9 @@ def make_repo(path: Path, files: dict[str, str]) -> str:
 
 
 def head(url: str) -> str:
-    return subprocess.run(["git", "-C", url.removeprefix("file://"), "rev-parse", "HEAD"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", url.removeprefix("file://"), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def wait_for(predicate, *, timeout=60.0, what="condition", reconcile=True):
@@ -65,15 +66,23 @@ def processes(tmp_path):
 
 @pytest.fixture
 def repo(tmp_path):
-    return make_repo(tmp_path / "repo", {
-        "train.py": "import os, sys\nprint('hello from rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], flush=True)\n"
-                    "sys.exit(int(os.environ.get('EXIT_CODE', '0')))\n",
-        "trap.sh": "trap 'echo checkpointed; exit 0' TERM\necho waiting\nwhile true; do sleep 0.1; done\n",
-    })
+    return make_repo(
+        tmp_path / "repo",
+        {
+            "train.py": "import os, sys\nprint('hello from rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], flush=True)\n"
+            "sys.exit(int(os.environ.get('EXIT_CODE', '0')))\n",
+            "trap.sh": "trap 'echo checkpointed; exit 0' TERM\necho waiting\nwhile true; do sleep 0.1; done\n",
+        },
+    )
 
 
 def submit(world, user, **fields):
-    body = {"name": "flow", "department": "vision", "code_url": fields.pop("code_url"), "command": "python train.py"} | fields
+    body = {
+        "name": "flow",
+        "department": "vision",
+        "code_url": fields.pop("code_url"),
+        "command": "python train.py",
+    } | fields
     response = world.api(user).post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 201, response.json()
     return response.json()
@@ -91,7 +100,9 @@ def test_a_job_runs_through_a_real_worker_and_its_gpus_go_to_the_next_job(world,
     except AssertionError:
         print(processes.logs())
         for job in Job.objects.all():
-            print(job.pk, job.status, job.status_message, list(job.events.values_list("to_status", "reason", "message")))
+            print(
+                job.pk, job.status, job.status_message, list(job.events.values_list("to_status", "reason", "message"))
+            )
         raise
     client = world.api(world.alice)
     job = client.get(f"/api/v1/jobs/{first['id']}/").json()
@@ -132,8 +143,10 @@ def test_a_clone_failure_fails_the_job_with_gits_own_message(world, tmp_path):
 def test_cancelling_a_running_job_gives_it_the_grace_period(world, repo):
     job = submit(world, world.alice, code_url=repo, command="bash trap.sh")
     services.job_launch(job_id=job["id"])
-    wait_for(lambda: "waiting" in world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/").content.decode(),
-             what="the job to start waiting")
+    wait_for(
+        lambda: "waiting" in world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/").content.decode(),
+        what="the job to start waiting",
+    )
     response = world.api(world.carol).post(f"/api/v1/jobs/{job['id']}/cancel/")
     assert response.status_code == 200
     assert response.json()["status_message"].startswith("Cancelling (by carol): workers get SIGTERM and 30 s")
@@ -204,18 +217,22 @@ def test_log_parameters_are_checked(world, repo):
     job = submit(world, world.alice, code_url=repo)
     response = world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/?worker=5&tail=zero")
     assert response.status_code == 400
-    assert response.json() == {"worker": ["Give a whole number from 0 to 0."], "tail": ["Give a whole number from 1 to 100000."]}
+    assert response.json() == {
+        "worker": ["Give a whole number from 0 to 0."],
+        "tail": ["Give a whole number from 1 to 100000."],
+    }
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_department_reclaims_its_gpus_from_a_preemptible_borrower(world, repo):
-    borrower = submit(world, world.bob, department="nlp", code_url=repo, command="bash trap.sh", gpus_per_worker=8,
-                      priority="low")
+    borrower = submit(
+        world, world.bob, department="nlp", code_url=repo, command="bash trap.sh", gpus_per_worker=8, priority="low"
+    )
     services.job_launch(job_id=borrower["id"])
     wait_for(lambda: status_of(borrower["id"]) == "running", what="the borrower to run")
     claimant = submit(world, world.alice, code_url=repo, gpus_per_worker=2)
     assert (claimant["status"], claimant["pending_reason"]) == ("queued", "preemption_in_progress")
-    assert "#%d (nlp, reclaim)" % borrower["id"] in claimant["status_message"]
+    assert f"#{borrower['id']} (nlp, reclaim)" in claimant["status_message"]
     victim = Job.objects.get(pk=borrower["id"])
     assert victim.preempt_reason == "reclaim" and victim.status == "running"
     services.job_stop_on_executor(job_id=victim.pk)  # what the cancel task does in the worker
@@ -234,12 +251,15 @@ def test_a_department_reclaims_its_gpus_from_a_preemptible_borrower(world, repo)
 def test_a_cancel_whose_task_was_lost_is_sent_again_by_the_reconcile(world, repo, monkeypatch):
     job = submit(world, world.alice, code_url=repo, command="bash trap.sh")
     services.job_launch(job_id=job["id"])
-    wait_for(lambda: "waiting" in world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/").content.decode(),
-             what="the job to start waiting")
+    wait_for(
+        lambda: "waiting" in world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/").content.decode(),
+        what="the job to start waiting",
+    )
     sent = []
     # The broker is what leaves the process: record what the portal sends to the worker.
-    monkeypatch.setattr(celery_app, "send_task", lambda name, args=None, kwargs=None, **options:
-                        sent.append((name, list(args or ()))))
+    monkeypatch.setattr(
+        celery_app, "send_task", lambda name, args=None, kwargs=None, **options: sent.append((name, list(args or ())))
+    )
     # The user cancelled, but the worker that held the cancel task died with it: only the row says so.
     response = world.api(world.alice).post(f"/api/v1/jobs/{job['id']}/cancel/")
     assert response.status_code == 200 and sent == [("jobs.tasks.cancel_job", [job["id"]])]

@@ -10,9 +10,9 @@ import threading
 import pytest
 
 from clusters.errors import ExecutorError
+from clusters.k8s import ClusterSettings
 from jobs.executors.base import JobSpec, Placement, WorkerPlacement
 from jobs.executors.kubernetes import CANCEL_ANNOTATION, JobWatcher, KubernetesExecutor
-from clusters.k8s import ClusterSettings
 from jobs.executors.manifests import job_manifests, kind_for, resource_name
 from tests.jobs.executor_contract import wait_for
 
@@ -36,8 +36,15 @@ _count = iter(range(10**6))
 
 def spec(**fields) -> JobSpec:
     job_id = fields.pop("job_id", None) or f"j{next(_count)}"
-    defaults = {"name": "train", "department": "vision", "code_url": "https://git.example.com/r.git", "code_ref": None,
-                "command": "python train.py", "framework": "python", "image": "python:3.11"}
+    defaults = {
+        "name": "train",
+        "department": "vision",
+        "code_url": "https://git.example.com/r.git",
+        "code_ref": None,
+        "command": "python train.py",
+        "framework": "python",
+        "image": "python:3.11",
+    }
     return JobSpec(job_id=job_id, **{**defaults, **fields})
 
 
@@ -58,19 +65,27 @@ def state(executor, job: JobSpec):
 
 
 def test_launch_creates_exactly_the_validated_manifests_once(executor, kube, cluster):
-    jobs = {"pytorch": spec(framework="pytorch", workers=2), "tensorflow": spec(framework="tensorflow", workers=2),
-            "python": spec()}
+    jobs = {
+        "pytorch": spec(framework="pytorch", workers=2),
+        "tensorflow": spec(framework="tensorflow", workers=2),
+        "python": spec(),
+    }
     for job in jobs.values():
         executor.launch(job, placement(job.workers))
         executor.launch(job, placement(job.workers))  # again: nothing new
     assert [ns["metadata"]["name"] for ns in kube.list("v1", "Namespace")] == [NS]
     assert [pvc["metadata"]["name"] for pvc in kube.list("v1", "PersistentVolumeClaim", NS)] == ["portal-jobs"]
-    for (api_version, kind), job in zip([("kubeflow.org/v1", "PyTorchJob"), ("kubeflow.org/v1", "TFJob"), ("batch/v1", "Job")],
-                                        jobs.values(), strict=True):
+    for (api_version, kind), job in zip(
+        [("kubeflow.org/v1", "PyTorchJob"), ("kubeflow.org/v1", "TFJob"), ("batch/v1", "Job")],
+        jobs.values(),
+        strict=True,
+    ):
         stored = kube.list(api_version, kind, NS, labels=f"portal/job-id={job.job_id}")
         assert len(stored) == 1
         expected = job_manifests(job, placement(job.workers), cluster)[0]
-        assert stored[0]["spec"] == expected["spec"] and stored[0]["metadata"]["labels"] == expected["metadata"]["labels"]
+        assert (
+            stored[0]["spec"] == expected["spec"] and stored[0]["metadata"]["labels"] == expected["metadata"]["labels"]
+        )
         assert stored[0]["metadata"]["generation"] == 1
 
 
@@ -104,8 +119,9 @@ def test_a_batch_job_completes(executor, kube):
 
 def test_a_clone_failure_carries_gits_message(executor, kube):
     job, kind, name, pods = launched(executor, kube)
-    kube.operator.init_done(NS, pods[0], "fetch-code", exit_code=128,
-                            log="fatal: repository 'https://git.example.com/r.git/' not found\n")
+    kube.operator.init_done(
+        NS, pods[0], "fetch-code", exit_code=128, log="fatal: repository 'https://git.example.com/r.git/' not found\n"
+    )
     kube.operator.fail(kind, NS, name)
     failed = state(executor, job)
     assert (failed.phase, failed.reason) == ("failed", "clone_failed")
@@ -116,8 +132,9 @@ def test_a_clone_failure_carries_gits_message(executor, kube):
 def test_an_install_failure(executor, kube):
     job, kind, name, pods = launched(executor, kube, requirements=("nosuchpkg==9",))
     kube.operator.init_done(NS, pods[0], "fetch-code", log=FETCHED)
-    kube.operator.init_done(NS, pods[0], "install-requirements", exit_code=1,
-                            log="ERROR: No matching distribution found for nosuchpkg==9\n")
+    kube.operator.init_done(
+        NS, pods[0], "install-requirements", exit_code=1, log="ERROR: No matching distribution found for nosuchpkg==9\n"
+    )
     kube.operator.fail(kind, NS, name)
     failed = state(executor, job)
     assert (failed.phase, failed.reason, failed.commit) == ("failed", "install_failed", SHA)
@@ -203,8 +220,14 @@ def test_cancel_annotates_deletes_in_the_foreground_and_the_job_is_left_out_once
 def test_garbage_collection_deletes_only_orphans(executor, kube):
     kept, _, _, _ = launched(executor, kube, framework="pytorch")
     orphan, kind, name, _ = launched(executor, kube)
-    kube.seed({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "not-ours", "namespace": NS},
-               "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}})
+    kube.seed(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "not-ours", "namespace": NS},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}},
+        }
+    )
     assert executor.collect_garbage({kept.job_id}) == [orphan.job_id]
     assert kube.get("batch/v1", "Job", NS, name) is None
     assert set(executor.poll([kept.job_id, orphan.job_id])) == {kept.job_id}
@@ -235,12 +258,18 @@ def test_a_transient_error_that_lasts_is_not_permanent(executor, kube):
 
 
 def test_forbidden_and_invalid_are_permanent_with_the_servers_message(executor, kube):
-    kube.inject(403, method="POST", path_contains="pytorchjobs",
-                message='pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:portal:portal" cannot create')
+    kube.inject(
+        403,
+        method="POST",
+        path_contains="pytorchjobs",
+        message='pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:portal:portal" cannot create',
+    )
     with pytest.raises(ExecutorError) as caught:
         executor.launch(spec(framework="pytorch"), placement())
     assert caught.value.permanent and "cannot create" in caught.value.message
-    kube.validators[("kubeflow.org/v1", "PyTorchJob")] = lambda manifest: ["spec.runPolicy: refused by the admission webhook"]
+    kube.validators[("kubeflow.org/v1", "PyTorchJob")] = lambda manifest: [
+        "spec.runPolicy: refused by the admission webhook"
+    ]
     with pytest.raises(ExecutorError) as caught:
         executor.launch(spec(framework="pytorch"), placement())
     assert caught.value.permanent and "refused by the admission webhook" in caught.value.message
@@ -257,7 +286,9 @@ def test_ensure_department_creates_then_updates_the_gpu_quota(executor, kube):
 def test_the_watcher_relists_after_410_and_misses_no_change(executor, kube, kube_api):
     first, kind, name, _ = launched(executor, kube, framework="pytorch")
     seen: list[str] = []
-    watcher = JobWatcher(kube_api, on_change=seen.append, timeout_seconds=1, backoff_seconds=0.01, max_backoff_seconds=0.05)
+    watcher = JobWatcher(
+        kube_api, on_change=seen.append, timeout_seconds=1, backoff_seconds=0.01, max_backoff_seconds=0.05
+    )
     stop = threading.Event()
     thread = threading.Thread(target=watcher.run, args=(stop,))
     thread.start()
@@ -292,7 +323,8 @@ def test_a_departments_namespace_gets_its_network_policy_once_and_the_fake_accep
     (policy,) = kube.list("networking.k8s.io/v1", "NetworkPolicy", NS)
     assert policy["metadata"]["name"] == "portal-department" and policy["metadata"]["generation"] == 1
     assert policy["spec"]["ingress"][0]["from"][1] == {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gpu-portal"}}}
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gpu-portal"}}
+    }
     assert kube.list("networking.k8s.io/v1", "NetworkPolicy", "portal-nlp") == []
 
 
@@ -306,8 +338,15 @@ def test_a_changed_network_setting_reaches_the_departments_policy(kube_api, kube
 
 def test_a_policy_the_api_server_would_refuse_is_refused_by_the_fake_too(kube_api, kube):
     kube_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "p", "namespace": NS},
-              "spec": {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["11.0.0.0/8"]}}]}]}}
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "p", "namespace": NS},
+        "spec": {
+            "podSelector": {},
+            "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["11.0.0.0/8"]}}]}],
+        },
+    }
     with pytest.raises(ExecutorError) as caught:
         kube_api.create(policy)
     assert caught.value.permanent and "must be strictly within '10.0.0.0/8'" in caught.value.message

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from clusters.models import Cluster
 from core.celery import TransientError
 from jobs import lifecycle, services
 from jobs.executors.manifests import resource_name
 from jobs.models import Job
-from clusters.models import Cluster
 
 NS = "portal-vision"
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -27,8 +27,15 @@ def cluster(world, kube, monkeypatch):
 
 
 def submit(world, **fields) -> Job:
-    body = {"name": "resnet", "department": "vision", "code_url": "https://git.example.com/vision/resnet.git",
-            "command": "python train.py", "image": "pytorch", "workers": 2, "gpus_per_worker": 2} | fields
+    body = {
+        "name": "resnet",
+        "department": "vision",
+        "code_url": "https://git.example.com/vision/resnet.git",
+        "command": "python train.py",
+        "image": "pytorch",
+        "workers": 2,
+        "gpus_per_worker": 2,
+    } | fields
     response = world.api(world.alice).post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 201, response.json()
     return Job.objects.get(pk=response.json()["id"])
@@ -113,10 +120,15 @@ def test_garbage_of_jobs_the_portal_no_longer_knows_is_removed(world, kube, clus
     job = submit(world)
     services.job_launch(job_id=job.pk)
     orphan = {**kube.list("kubeflow.org/v1", "PyTorchJob", NS)[0]}
-    orphan["metadata"] = {"name": "gone-1", "namespace": NS,
-                          "labels": {**orphan["metadata"]["labels"], "portal/job-id": "999-deadbeef"}}
+    orphan["metadata"] = {
+        "name": "gone-1",
+        "namespace": NS,
+        "labels": {**orphan["metadata"]["labels"], "portal/job-id": "999-deadbeef"},
+    }
     orphan.pop("status", None)
     kube.seed(orphan)
 
     assert services.jobs_collect_garbage() == {"local": ["999-deadbeef"]}
-    assert [o["metadata"]["labels"]["portal/job-id"] for o in kube.list("kubeflow.org/v1", "PyTorchJob", NS)] == [job.run_id]
+    assert [o["metadata"]["labels"]["portal/job-id"] for o in kube.list("kubeflow.org/v1", "PyTorchJob", NS)] == [
+        job.run_id
+    ]

@@ -7,9 +7,18 @@ from jobs.lifecycle import IllegalTransition
 @pytest.mark.parametrize(
     "current,target",
     [
-        ("queued", "admitted"), ("admitted", "starting"), ("starting", "running"), ("running", "succeeded"),
-        ("running", "failed"), ("running", "cancelled"), ("queued", "cancelled"), ("running", "preempted"),
-        ("starting", "preempted"), ("admitted", "preempted"), ("preempted", "queued"), ("starting", "failed"),
+        ("queued", "admitted"),
+        ("admitted", "starting"),
+        ("starting", "running"),
+        ("running", "succeeded"),
+        ("running", "failed"),
+        ("running", "cancelled"),
+        ("queued", "cancelled"),
+        ("running", "preempted"),
+        ("starting", "preempted"),
+        ("admitted", "preempted"),
+        ("preempted", "queued"),
+        ("starting", "failed"),
     ],
 )
 def test_it_allows_the_transitions_of_the_design(current, target):
@@ -18,8 +27,15 @@ def test_it_allows_the_transitions_of_the_design(current, target):
 
 @pytest.mark.parametrize(
     "current,target",
-    [("succeeded", "running"), ("failed", "queued"), ("cancelled", "queued"), ("queued", "running"), ("queued", "preempted"),
-     ("preempted", "running"), ("running", "queued")],
+    [
+        ("succeeded", "running"),
+        ("failed", "queued"),
+        ("cancelled", "queued"),
+        ("queued", "running"),
+        ("queued", "preempted"),
+        ("preempted", "running"),
+        ("running", "queued"),
+    ],
 )
 def test_it_refuses_illegal_transitions_with_a_message(current, target):
     with pytest.raises(IllegalTransition, match=f"A {current} job cannot become {target}."):

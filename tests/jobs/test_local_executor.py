@@ -22,13 +22,19 @@ from pathlib import Path
 import pytest
 
 from clusters.errors import ExecutorError
+from clusters.local_procs import alive
 from jobs.executors.base import Mount
 from jobs.executors.local import LocalExecutor, is_local_code
 from jobs.executors.local_jobdir import JobDir, read_json
-from clusters.local_procs import alive
 from jobs.executors.venvs import COMPLETE
 from tests.jobs.executor_contract import (
-    ExecutorContract, GitRepo, Harness, command_output, slow_package, tiny_wheel, wait_for,
+    ExecutorContract,
+    GitRepo,
+    Harness,
+    command_output,
+    slow_package,
+    tiny_wheel,
+    wait_for,
 )
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local executor needs Linux (/proc)")
@@ -143,11 +149,13 @@ class TestLocalExecutor(ExecutorContract):
     def test_the_command_runs_in_its_virtualenv_without_the_portals_settings(self, harness, repo, monkeypatch):
         monkeypatch.setenv("DATABASE_URL", "postgres://portal:secret@db/portal")
         monkeypatch.setenv("DJANGO_SECRET_KEY", "do-not-leak")
-        job = harness.launch(harness.spec(
-            harness.code_url(repo.path),
-            """python -c 'import json, os, sys; print(json.dumps({"prefix": sys.prefix, "env": dict(os.environ)}))'""",
-            env={"RANK": "99", "PATH": f"/opt/tools/bin:{Path(sys.prefix, 'bin')}:/usr/bin:/bin"},
-        ))
+        job = harness.launch(
+            harness.spec(
+                harness.code_url(repo.path),
+                """python -c 'import json, os, sys; print(json.dumps({"prefix": sys.prefix, "env": dict(os.environ)}))'""",
+                env={"RANK": "99", "PATH": f"/opt/tools/bin:{Path(sys.prefix, 'bin')}:/usr/bin:/bin"},
+            )
+        )
         assert harness.wait_final(job).phase == "succeeded"
         seen = json.loads(command_output(harness.log(job))[-1])
         env = seen["env"]
@@ -165,7 +173,13 @@ class TestLocalExecutor(ExecutorContract):
     def test_code_on_this_host_is_refused_where_the_cluster_does_not_allow_it(self, harness, repo, tmp_path):
         strict = LocalExecutor(tmp_path / "strict", allow_local_code=False)
         placement = harness.placement(())
-        for url in (repo.path.as_uri(), str(repo.path), "../repo", "ftp://example.com/repo.git", "ext::sh -c touch% /tmp/x"):
+        for url in (
+            repo.path.as_uri(),
+            str(repo.path),
+            "../repo",
+            "ftp://example.com/repo.git",
+            "ext::sh -c touch% /tmp/x",
+        ):
             with pytest.raises(ExecutorError) as refused:
                 strict.launch(harness.spec(url, "true"), placement)
             assert refused.value.permanent, url
@@ -180,22 +194,28 @@ class TestLocalExecutor(ExecutorContract):
         requirement = f"tinypkg @ {tiny_wheel(tmp_path).as_uri()}"
         repo = GitRepo(tmp_path / "needs-tinypkg")
         repo.commit({"train.py": "import tinypkg\nprint(tinypkg.VALUE)\n"})
-        jobs = [harness.launch(harness.spec(harness.code_url(repo.path), "python train.py", requirements=(requirement,)))
-                for _ in range(2)]
+        jobs = [
+            harness.launch(harness.spec(harness.code_url(repo.path), "python train.py", requirements=(requirement,)))
+            for _ in range(2)
+        ]
         for job in jobs:
             assert harness.wait_final(job, timeout=60).phase == "succeeded"
         logs = [harness.log(job) for job in jobs]
         assert sum("+ tinypkg==1.0" in log for log in logs) == 1
         assert sum("reusing cached environment" in log for log in logs) == 1
         envs = [env for env in (harness.executor.root / "envs").glob("*/vision/*") if env.is_dir()]
-        assert envs and all((env / COMPLETE).exists() for env in envs if env.name not in ("resolved",) and
-                            not env.name.startswith(".")), "a half-built env was left"
+        assert envs and all(
+            (env / COMPLETE).exists() for env in envs if env.name not in ("resolved",) and not env.name.startswith(".")
+        ), "a half-built env was left"
 
     def test_a_job_whose_runner_died_is_adopted_and_finishes(self, harness, repo):
-        job = harness.launch(harness.spec(
-            harness.code_url(repo.path),
-            'echo waiting; while [ ! -e "$PORTAL_OUTPUT_DIR/go" ]; do sleep 0.05; done; echo "finished $RANK"', workers=2,
-        ))
+        job = harness.launch(
+            harness.spec(
+                harness.code_url(repo.path),
+                'echo waiting; while [ ! -e "$PORTAL_OUTPUT_DIR/go" ]; do sleep 0.05; done; echo "finished $RANK"',
+                workers=2,
+            )
+        )
         for worker in (0, 1):
             harness.wait_log(job, "waiting\n", worker)
         dead = harness.kill_runner(job)
@@ -208,10 +228,13 @@ class TestLocalExecutor(ExecutorContract):
         harness.assert_released(job)
 
     def test_workers_that_finished_while_no_runner_watched_end_the_job_from_their_exit_codes(self, harness, repo):
-        job = harness.launch(harness.spec(
-            harness.code_url(repo.path),
-            'echo waiting; while [ ! -e "$PORTAL_OUTPUT_DIR/go" ]; do sleep 0.05; done; exit $((RANK * 5))', workers=2,
-        ))
+        job = harness.launch(
+            harness.spec(
+                harness.code_url(repo.path),
+                'echo waiting; while [ ! -e "$PORTAL_OUTPUT_DIR/go" ]; do sleep 0.05; done; exit $((RANK * 5))',
+                workers=2,
+            )
+        )
         for worker in (0, 1):
             harness.wait_log(job, "waiting\n", worker)
         pod = harness.pod(job)
@@ -237,9 +260,12 @@ class TestLocalExecutor(ExecutorContract):
         assert harness.state(job).phase == "lost"  # final: it stays so
 
     def test_cancel_reaches_a_job_whose_runner_died(self, harness, repo):
-        job = harness.launch(harness.spec(
-            harness.code_url(repo.path), "trap 'echo stopping; exit 0' TERM; echo waiting; while true; do sleep 0.1; done",
-        ))
+        job = harness.launch(
+            harness.spec(
+                harness.code_url(repo.path),
+                "trap 'echo stopping; exit 0' TERM; echo waiting; while true; do sleep 0.1; done",
+            )
+        )
         harness.wait_log(job, "waiting\n")
         harness.kill_runner(job)
         harness.executor.cancel(job, 5)
@@ -259,8 +285,10 @@ class TestLocalExecutor(ExecutorContract):
 
     def setup_started(self, harness, job):
         """The setup step (the environment build) that hangs, once it runs."""
-        return wait_for(lambda: "resolving" in harness.log(job) and harness.jobdir(job).groups()["setup"],
-                        what="the environment build to start")
+        return wait_for(
+            lambda: "resolving" in harness.log(job) and harness.jobdir(job).groups()["setup"],
+            what="the environment build to start",
+        )
 
     def test_cancel_during_setup_stops_the_setup_step(self, harness, hanging_setup):
         url, requirements = hanging_setup
@@ -293,8 +321,12 @@ class TestSandbox:
 
     def test_a_read_only_mount_refuses_writes_at_the_requested_path(self, harness, tmp_path):
         repo = GitRepo(tmp_path / "repo")
-        repo.commit({"probe.sh": 'cat /data/corpus/hello.txt; echo; if echo x > /data/corpus/new.txt; then echo WROTE-RO; fi\n'
-                                 'echo ok > /data/scratch/new.txt && echo wrote-rw\n'})
+        repo.commit(
+            {
+                "probe.sh": "cat /data/corpus/hello.txt; echo; if echo x > /data/corpus/new.txt; then echo WROTE-RO; fi\n"
+                "echo ok > /data/scratch/new.txt && echo wrote-rw\n"
+            }
+        )
         corpus, scratch = harness.mount("corpus", tmp_path), harness.mount("scratch", tmp_path)
         corpus = Mount(corpus.name, "/data/corpus", corpus.source, read_only=True)
         os.chmod(scratch.source, 0o777)  # the department's uid must be able to write there, as on a real server
@@ -308,8 +340,12 @@ class TestSandbox:
 
     def test_the_environment_is_read_only_and_pip_says_what_to_do(self, harness, tmp_path):
         repo = GitRepo(tmp_path / "repo")
-        repo.commit({"probe.sh": 'site=$(python -c "import sysconfig; print(sysconfig.get_paths()[\'purelib\'])")\n'
-                                 'if echo "import os" > "$site/evil.pth"; then echo PLANTED; fi\npip install requests\n'})
+        repo.commit(
+            {
+                "probe.sh": "site=$(python -c \"import sysconfig; print(sysconfig.get_paths()['purelib'])\")\n"
+                'if echo "import os" > "$site/evil.pth"; then echo PLANTED; fi\npip install requests\n'
+            }
+        )
         job = harness.launch(harness.spec(repo.path.as_uri(), "bash probe.sh"))
         state = harness.wait_final(job)
         log = harness.log(job)
@@ -320,8 +356,10 @@ class TestSandbox:
         inside = harness.executor.root / "jobs"
         inside.mkdir(parents=True, exist_ok=True)
         with pytest.raises(ExecutorError) as refused:
-            harness.executor.launch(harness.spec("https://example.com/r.git", "true",
-                                                 mounts=(Mount("sneaky", "/data", str(inside)),)), harness.placement(()))
+            harness.executor.launch(
+                harness.spec("https://example.com/r.git", "true", mounts=(Mount("sneaky", "/data", str(inside)),)),
+                harness.placement(()),
+            )
         assert refused.value.permanent and "portal's own folders" in refused.value.message
 
     def test_a_volume_under_the_shared_storage_folder_of_the_data_root_is_mounted(self, tmp_path):
@@ -329,17 +367,29 @@ class TestSandbox:
         volume = root / "storage" / "vision-datasets"
         volume.mkdir(parents=True)
         (volume / "hello.txt").write_text("vision-datasets")
-        harness = LocalHarness(LocalExecutor(root / "executors" / "local", protected_paths=(str(root),),
-                                             shared_storage=(str(root / "storage"),)))
+        harness = LocalHarness(
+            LocalExecutor(
+                root / "executors" / "local", protected_paths=(str(root),), shared_storage=(str(root / "storage"),)
+            )
+        )
         try:
             repo = GitRepo(tmp_path / "repo")
             repo.commit({"probe.sh": "cat /data/ds/hello.txt\n"})
-            job = harness.launch(harness.spec(repo.path.as_uri(), "bash probe.sh",
-                                              mounts=(Mount("vision-datasets", "/data/ds", str(volume), True),)))
+            job = harness.launch(
+                harness.spec(
+                    repo.path.as_uri(),
+                    "bash probe.sh",
+                    mounts=(Mount("vision-datasets", "/data/ds", str(volume), True),),
+                )
+            )
             assert harness.wait_final(job).phase == "succeeded"
             assert command_output(harness.log(job))[-1] == "vision-datasets"
             with pytest.raises(ExecutorError):  # the folder itself, which holds every volume, is not one
-                harness.executor.launch(harness.spec(repo.path.as_uri(), "true", mounts=(
-                    Mount("all", "/data/all", str(root / "storage")),)), harness.placement(()))
+                harness.executor.launch(
+                    harness.spec(
+                        repo.path.as_uri(), "true", mounts=(Mount("all", "/data/all", str(root / "storage")),)
+                    ),
+                    harness.placement(()),
+                )
         finally:
             harness.cleanup()

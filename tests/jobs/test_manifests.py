@@ -16,18 +16,34 @@ import yaml
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from jobs.executors.base import JobSpec, Mount, Placement, WorkerPlacement
-from clusters.manifest_validation import ManifestInvalid, check_manifests, manifest_problems
-from jobs.executors.manifests import FETCH_SCRIPT, INSTALL_SCRIPT, job_manifests
-from clusters.k8s import ClusterSettings, ManifestError, department_gpu_limit, department_manifests, priority_class_manifests
-from jobs.management.commands.render_manifests import Command as RenderManifests
-from demo.data import K8S_DEMO_POOLS, K8S_DEMO_SETTINGS, demo_load
 from clusters.inventory import SIMULATED
+from clusters.k8s import (
+    ClusterSettings,
+    ManifestError,
+    department_gpu_limit,
+    department_manifests,
+    priority_class_manifests,
+)
+from clusters.manifest_validation import ManifestInvalid, check_manifests, manifest_problems
+from demo.data import K8S_DEMO_POOLS, K8S_DEMO_SETTINGS, demo_load
+from jobs.executors.base import JobSpec, Mount, Placement, WorkerPlacement
+from jobs.executors.manifests import FETCH_SCRIPT, INSTALL_SCRIPT, job_manifests
+from jobs.management.commands.render_manifests import Command as RenderManifests
 
-DEMO = ClusterSettings.from_cluster("k8s-demo", K8S_DEMO_SETTINGS, [(t, memory) for t, _, _, memory, _ in K8S_DEMO_POOLS])
+DEMO = ClusterSettings.from_cluster(
+    "k8s-demo", K8S_DEMO_SETTINGS, [(t, memory) for t, _, _, memory, _ in K8S_DEMO_POOLS]
+)
 CONTRACT = {
-    "PORTAL_JOB_ID", "PORTAL_JOB_NAME", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "CUDA_VISIBLE_DEVICES", "TENSORBOARD_LOG_DIR", "PORTAL_OUTPUT_DIR",
+    "PORTAL_JOB_ID",
+    "PORTAL_JOB_NAME",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+    "TENSORBOARD_LOG_DIR",
+    "PORTAL_OUTPUT_DIR",
 }
 # What the operators put into the pods themselves (manifests.py docstring).
 FROM_OPERATOR = {
@@ -41,10 +57,19 @@ FROM_OPERATOR = {
 
 def spec(**fields) -> JobSpec:
     defaults = dict(
-        job_id="42-0f3a9c1e", name="digits", department="vision", code_url="https://git.example.com/team/repo.git",
-        code_ref="main", command="python train.py --epochs 3", framework="pytorch",
-        image="pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime", requirements=("numpy==2.4.6",), workers=1,
-        gpus_per_worker=1, max_runtime_seconds=3600, job_key="42",
+        job_id="42-0f3a9c1e",
+        name="digits",
+        department="vision",
+        code_url="https://git.example.com/team/repo.git",
+        code_ref="main",
+        command="python train.py --epochs 3",
+        framework="pytorch",
+        image="pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
+        requirements=("numpy==2.4.6",),
+        workers=1,
+        gpus_per_worker=1,
+        max_runtime_seconds=3600,
+        job_key="42",
     )
     return JobSpec(**{**defaults, **fields})
 
@@ -101,7 +126,11 @@ def test_it_renders_each_framework_as_its_operators_job(framework, workers, kind
         field = next(key for key in manifest["spec"] if key.endswith("ReplicaSpecs"))
         assert {t: r["replicas"] for t, r in manifest["spec"][field].items()} == replicas
     for replica_type, template in pod_specs(manifest).items():
-        expected = {"portal/job-id": "42-0f3a9c1e", "portal/department": "vision", "app.kubernetes.io/managed-by": "gpu-portal"}
+        expected = {
+            "portal/job-id": "42-0f3a9c1e",
+            "portal/department": "vision",
+            "app.kubernetes.io/managed-by": "gpu-portal",
+        }
         assert template["metadata"]["labels"] == expected == manifest["metadata"]["labels"]
         main = main_container(template)
         if container:
@@ -150,9 +179,12 @@ def test_a_fractional_gpu_asks_for_the_shared_gpu_resource_in_its_unit():
     assert main["resources"] == {"limits": {"aliyun.com/gpu-mem": "4"}}  # a quarter of a 16 GB T4
     assert env_of(main)["PORTAL_GPU_FRACTION"] == "0.25"
 
-    hami = dataclasses.replace(DEMO, shared_gpu_resource="nvidia.com/gpumem", shared_gpu_unit="MiB", shared_gpu_with_gpu=True)
+    hami = dataclasses.replace(
+        DEMO, shared_gpu_resource="nvidia.com/gpumem", shared_gpu_unit="MiB", shared_gpu_with_gpu=True
+    )
     assert main_container(pod_specs(render(job, hami, gpu_type="T4"))["Job"])["resources"] == {
-        "limits": {"nvidia.com/gpumem": "4096", "nvidia.com/gpu": "1"}}
+        "limits": {"nvidia.com/gpumem": "4096", "nvidia.com/gpu": "1"}
+    }
 
 
 def test_a_fractional_gpu_on_a_cluster_without_gpu_sharing_is_refused():
@@ -162,8 +194,12 @@ def test_a_fractional_gpu_on_a_cluster_without_gpu_sharing_is_refused():
 
 
 def test_storage_is_mounted_from_its_pvc_read_only_when_asked():
-    job = spec(mounts=(Mount("vision-datasets", "/data", "/srv/storage/vision-datasets", read_only=True),
-                       Mount("scratch", "/scratch", "scratch-pvc")))
+    job = spec(
+        mounts=(
+            Mount("vision-datasets", "/data", "/srv/storage/vision-datasets", read_only=True),
+            Mount("scratch", "/scratch", "scratch-pvc"),
+        )
+    )
     template = pod_specs(render(job))["Master"]
     mounts = {m["mountPath"]: m for m in main_container(template)["volumeMounts"]}
     volumes = {v["name"]: v for v in template["spec"]["volumes"]}
@@ -213,8 +249,9 @@ def volume_paths(template: dict) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("framework", "workers", "kind", "replicas", "container"), FRAMEWORKS)
-def test_a_rerun_after_preemption_finds_the_checkpoints_and_board_folder_of_its_job(framework, workers, kind, replicas,
-                                                                                    container):
+def test_a_rerun_after_preemption_finds_the_checkpoints_and_board_folder_of_its_job(
+    framework, workers, kind, replicas, container
+):
     first = render(spec(framework=framework, workers=workers))
     rerun = render(spec(framework=framework, workers=workers, job_id="42-77aa01bc", run_index=1))
     for before, after in zip(pod_specs(first).values(), pod_specs(rerun).values(), strict=True):
@@ -225,14 +262,32 @@ def test_a_rerun_after_preemption_finds_the_checkpoints_and_board_folder_of_its_
         paths_before, paths_after = volume_paths(before), volume_paths(after)
         assert paths_before["/portal/checkpoints"] == paths_after["/portal/checkpoints"] == "checkpoints/42"
         assert (paths_before[env_before["TENSORBOARD_LOG_DIR"]], paths_after[env_after["TENSORBOARD_LOG_DIR"]]) == (
-            "tensorboard/42/run-0", "tensorboard/42/run-1")  # one board folder per job, a sub-folder per run
+            "tensorboard/42/run-0",
+            "tensorboard/42/run-1",
+        )  # one board folder per job, a sub-folder per run
         assert (paths_before[env_before["PORTAL_OUTPUT_DIR"]], paths_after[env_after["PORTAL_OUTPUT_DIR"]]) == (
-            "42-0f3a9c1e/output", "42-77aa01bc/output")  # output stays per run
+            "42-0f3a9c1e/output",
+            "42-77aa01bc/output",
+        )  # output stays per run
 
 
 def test_a_job_cannot_claim_to_be_resumed_or_move_its_checkpoints():
-    env = env_of(main_container(pod_specs(render(spec(env={"PORTAL_RESUMED": "1", "PORTAL_CHECKPOINT_DIR": "/x",
-                                                           "PORTAL_RUN_INDEX": "3", "HOME": "/tmp/me"})))["Master"]))
+    env = env_of(
+        main_container(
+            pod_specs(
+                render(
+                    spec(
+                        env={
+                            "PORTAL_RESUMED": "1",
+                            "PORTAL_CHECKPOINT_DIR": "/x",
+                            "PORTAL_RUN_INDEX": "3",
+                            "HOME": "/tmp/me",
+                        }
+                    )
+                )
+            )["Master"]
+        )
+    )
     assert "PORTAL_RESUMED" not in env and env["PORTAL_CHECKPOINT_DIR"] == "/portal/checkpoints"
     assert env["PORTAL_RUN_INDEX"] == "0" and env["HOME"] == "/tmp/me"  # HOME is the job's to choose
 
@@ -249,10 +304,15 @@ def test_a_long_name_is_shortened_so_pod_names_stay_dns_labels():
 
 
 def test_department_namespace_quota_volume_and_priority_classes_validate():
-    manifests = department_manifests("vision", 32, DEMO) + priority_class_manifests([("high", 1000, False), ("low", 100, True)], DEMO)
+    manifests = department_manifests("vision", 32, DEMO) + priority_class_manifests(
+        [("high", 1000, False), ("low", 100, True)], DEMO
+    )
     check_manifests(manifests)
     namespace, quota, volume, _, high, low = manifests
-    assert namespace["metadata"] == {"name": "portal-vision", "labels": {"portal/department": "vision", "app.kubernetes.io/managed-by": "gpu-portal"}}
+    assert namespace["metadata"] == {
+        "name": "portal-vision",
+        "labels": {"portal/department": "vision", "app.kubernetes.io/managed-by": "gpu-portal"},
+    }
     assert quota["spec"] == {"hard": {"requests.nvidia.com/gpu": "32"}}
     assert volume["metadata"]["name"] == "portal-jobs" and volume["spec"]["accessModes"] == ["ReadWriteMany"]
     assert (high["metadata"]["name"], high["value"], high["preemptionPolicy"]) == ("gpu-portal-high", 1000, "Never")
@@ -275,49 +335,69 @@ def master(manifest) -> dict:
 def test_it_rejects_an_unknown_field_in_a_container_by_name_and_place():
     problems = problems_after(lambda m: main_container({"spec": master(m)}).update(imagePullPolicyy="Always"))
     assert len(problems) == 1
-    assert problems[0].startswith("PyTorchJob digits-42-0f3a9c1e: spec.pytorchReplicaSpecs.Master.template.spec.containers[0]: "
-                                  "unknown field 'imagePullPolicyy' (known: args, command, env,")
+    assert problems[0].startswith(
+        "PyTorchJob digits-42-0f3a9c1e: spec.pytorchReplicaSpecs.Master.template.spec.containers[0]: "
+        "unknown field 'imagePullPolicyy' (known: args, command, env,"
+    )
 
 
 def test_it_rejects_typos_anywhere_in_the_spec():
     assert "spec: unknown field 'pytorchReplicaSpec'" in " ".join(
-        problems_after(lambda m: m["spec"].update(pytorchReplicaSpec={})))
+        problems_after(lambda m: m["spec"].update(pytorchReplicaSpec={}))
+    )
     assert "unknown field 'activeDeadline'" in " ".join(
-        problems_after(lambda m: m["spec"]["runPolicy"].update(activeDeadline=3)))
-    assert "is not of type 'integer'" in " ".join(problems_after(lambda m: m["spec"]["runPolicy"].update(backoffLimit="0")))
+        problems_after(lambda m: m["spec"]["runPolicy"].update(activeDeadline=3))
+    )
+    assert "is not of type 'integer'" in " ".join(
+        problems_after(lambda m: m["spec"]["runPolicy"].update(backoffLimit="0"))
+    )
     assert "unknown field 'lables'" in " ".join(
-        problems_after(lambda m: m["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"].update(lables={})))
+        problems_after(lambda m: m["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"].update(lables={}))
+    )
 
 
 def test_it_keeps_open_what_kubernetes_keeps_open():
     def quantities(m):
-        main_container({"spec": master(m)})["resources"] = {"limits": {"cpu": 4, "memory": "16Gi", "example.com/fpga": "1"}}
+        main_container({"spec": master(m)})["resources"] = {
+            "limits": {"cpu": 4, "memory": "16Gi", "example.com/fpga": "1"}
+        }
+
     assert problems_after(quantities) == []
 
 
 def test_it_rejects_what_the_operators_webhooks_reject():
     def rename(m):
         main_container({"spec": master(m)})["name"] = "trainer"
-    assert "the PyTorchJob operator runs the container named 'pytorch'; found 'trainer'" in " ".join(problems_after(rename))
+
+    assert "the PyTorchJob operator runs the container named 'pytorch'; found 'trainer'" in " ".join(
+        problems_after(rename)
+    )
 
     def two_masters(m):
         m["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+
     assert "spec.pytorchReplicaSpecs.Master.replicas: must be 1 (is 2)" in " ".join(problems_after(two_masters))
 
     def chief(m):
         m["spec"]["pytorchReplicaSpecs"]["Chief"] = m["spec"]["pytorchReplicaSpecs"]["Worker"]
-    assert "spec.pytorchReplicaSpecs.Chief: unknown replica type (use Master, Worker)" in " ".join(problems_after(chief))
+
+    assert "spec.pytorchReplicaSpecs.Chief: unknown replica type (use Master, Worker)" in " ".join(
+        problems_after(chief)
+    )
 
     tf = json.loads(json.dumps(render(spec(framework="tensorflow"))))
     tf["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "pytorch"
     assert any("named 'tensorflow'" in problem for problem in manifest_problems(tf))
 
 
-@pytest.mark.parametrize(("name", "message"), [
-    ("Digits-1", "must be a DNS-1035 label"),
-    ("1-digits", "must be a DNS-1035 label"),
-    ("d" * 60, "too long: its pods would be called"),
-])
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("Digits-1", "must be a DNS-1035 label"),
+        ("1-digits", "must be a DNS-1035 label"),
+        ("d" * 60, "too long: its pods would be called"),
+    ],
+)
 def test_it_rejects_bad_names(name, message):
     problems = problems_after(lambda m: m["metadata"].update(name=name))
     assert any(message in problem for problem in problems), problems
@@ -333,7 +413,10 @@ def test_core_kinds_are_validated_strictly():
     job = json.loads(json.dumps(render(spec(framework="python"))))
     job["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
     (problem,) = manifest_problems(job)
-    assert problem.startswith("Job digits-42-0f3a9c1e: spec.template.spec.containers[0]:") and "imagePullPolicyy" in problem
+    assert (
+        problem.startswith("Job digits-42-0f3a9c1e: spec.template.spec.containers[0]:")
+        and "imagePullPolicyy" in problem
+    )
 
     quota = department_manifests("vision", 8, DEMO)[1]
     quota["spec"]["hardd"] = quota["spec"].pop("hard")
@@ -363,13 +446,23 @@ def strings_in(node, path=""):
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mpi", "python"])
 def test_the_code_url_ref_and_requirements_are_only_ever_values_never_shell_text(framework):
     manifest = render(spec(framework=framework, code_url=EVIL_URL, code_ref=EVIL_REF, requirements=(EVIL_REQUIREMENT,)))
-    places = {text: [path for path, value in strings_in(manifest) if text in value] for text in (EVIL_URL, EVIL_REF, EVIL_REQUIREMENT)}
+    places = {
+        text: [path for path, value in strings_in(manifest) if text in value]
+        for text in (EVIL_URL, EVIL_REF, EVIL_REQUIREMENT)
+    }
     for template in pod_specs(manifest).values():
         fetch, install = template["spec"]["initContainers"]
-        assert fetch["command"] == ["sh", "-c", FETCH_SCRIPT] and install["command"][:4] == ["sh", "-c", INSTALL_SCRIPT, "install-requirements"]
+        assert fetch["command"] == ["sh", "-c", FETCH_SCRIPT] and install["command"][:4] == [
+            "sh",
+            "-c",
+            INSTALL_SCRIPT,
+            "install-requirements",
+        ]
     assert places[EVIL_URL] and all(p.endswith("initContainers[0].env[0].value") for p in places[EVIL_URL])
     assert places[EVIL_REF] and all(p.endswith("initContainers[0].env[1].value") for p in places[EVIL_REF])
-    assert places[EVIL_REQUIREMENT] and all(p.endswith("initContainers[1].command[4]") for p in places[EVIL_REQUIREMENT])
+    assert places[EVIL_REQUIREMENT] and all(
+        p.endswith("initContainers[1].command[4]") for p in places[EVIL_REQUIREMENT]
+    )
 
 
 def test_the_fetch_script_runs_what_it_is_given_as_data(tmp_path):
@@ -380,8 +473,13 @@ def test_the_fetch_script_runs_what_it_is_given_as_data(tmp_path):
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "--quiet", "-m", "x"], check=True)
     fetch = pod_specs(render(spec(code_url=str(repo), code_ref=EVIL_REF)))["Master"]["spec"]["initContainers"][0]
-    env = {**env_of(fetch), "PORTAL_CODE_DIR": str(tmp_path / "code"), "GIT_ALLOW_PROTOCOL": "file",
-           "PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    env = {
+        **env_of(fetch),
+        "PORTAL_CODE_DIR": str(tmp_path / "code"),
+        "GIT_ALLOW_PROTOCOL": "file",
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+    }
     result = subprocess.run(fetch["command"], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode != 0 and "main;touch pwned-ref" in result.stderr  # git: no such ref, said verbatim
     assert (tmp_path / "code" / "train.py").exists()  # the odd URL was cloned as the path it is
@@ -391,10 +489,20 @@ def test_the_fetch_script_runs_what_it_is_given_as_data(tmp_path):
 # ------------------------------------------------------------------------------ render_manifests
 
 BODY = {
-    "name": "digits", "department": "vision", "cluster": "k8s-demo", "code_url": "https://git.example.com/team/repo.git",
-    "code_ref": "main", "command": "python train.py", "image": "pytorch", "workers": 2, "gpus_per_worker": 4,
-    "gpu_type": "V100", "priority": "high", "mounts": [{"storage": "vision-datasets", "path": "/data", "read_only": True}],
-    "max_runtime_seconds": 7200, "id": "42-0f3a9c1e",
+    "name": "digits",
+    "department": "vision",
+    "cluster": "k8s-demo",
+    "code_url": "https://git.example.com/team/repo.git",
+    "code_ref": "main",
+    "command": "python train.py",
+    "image": "pytorch",
+    "workers": 2,
+    "gpus_per_worker": 4,
+    "gpu_type": "V100",
+    "priority": "high",
+    "mounts": [{"storage": "vision-datasets", "path": "/data", "read_only": True}],
+    "max_runtime_seconds": 7200,
+    "id": "42-0f3a9c1e",
 }
 
 
@@ -416,7 +524,11 @@ def test_render_manifests_prints_yaml_that_validates(k8s_world, tmp_path):
     documents = list(yaml.safe_load_all(run_cli(tmp_path, BODY)))
     check_manifests(documents)
     (job,) = documents
-    assert (job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]) == ("PyTorchJob", "digits-42-0f3a9c1e", "portal-vision")
+    assert (job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]) == (
+        "PyTorchJob",
+        "digits-42-0f3a9c1e",
+        "portal-vision",
+    )
     assert job["spec"]["runPolicy"]["activeDeadlineSeconds"] == 7200
     template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
     assert template["spec"]["priorityClassName"] == "gpu-portal-high"
@@ -426,25 +538,43 @@ def test_render_manifests_prints_yaml_that_validates(k8s_world, tmp_path):
 
 
 def test_render_manifests_renders_a_fractional_t4_job_and_the_department(k8s_world, tmp_path):
-    body = {**BODY, "image": "python", "workers": 1, "gpus_per_worker": 0.5, "gpu_type": "T4", "mounts": [],
-            "placement": [{"worker": 0, "node": "k8s-demo-t4-0", "gpus": [1], "gpu_fraction": 0.5}]}
+    body = {
+        **BODY,
+        "image": "python",
+        "workers": 1,
+        "gpus_per_worker": 0.5,
+        "gpu_type": "T4",
+        "mounts": [],
+        "placement": [{"worker": 0, "node": "k8s-demo-t4-0", "gpus": [1], "gpu_fraction": 0.5}],
+    }
     documents = list(yaml.safe_load_all(run_cli(tmp_path, body, "--with-department")))
     check_manifests(documents)
-    assert [d["kind"] for d in documents] == ["Namespace", "ResourceQuota", "PersistentVolumeClaim", "NetworkPolicy",
-                                              "PriorityClass", "PriorityClass", "PriorityClass", "Job"]
+    assert [d["kind"] for d in documents] == [
+        "Namespace",
+        "ResourceQuota",
+        "PersistentVolumeClaim",
+        "NetworkPolicy",
+        "PriorityClass",
+        "PriorityClass",
+        "PriorityClass",
+        "Job",
+    ]
     # vision may borrow without limit: the guard is both whole pools (32 V100 + 32 T4), not its 16 + 16 nominal
     assert documents[1]["spec"]["hard"] == {"requests.nvidia.com/gpu": "64"}
     assert main_container(documents[-1]["spec"]["template"])["resources"] == {"limits": {"aliyun.com/gpu-mem": "8"}}
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ({k: v for k, v in BODY.items() if k != "id"}, 'The spec needs "id"'),
-    ({**BODY, "workers": 0, "gpu_type": "A100"}, "workers: Use between 1 and 64 workers."),
-    ({**BODY, "gpus": 2}, "gpus: Unknown field; did you mean 'gpus_per_worker'?"),
-    ({**BODY, "mounts": [{"storage": "nlp-corpora", "path": "/c"}]}, "vision has no storage called 'nlp-corpora'"),
-    ({**BODY, "placement": [{"worker": 0, "node": "n", "gpus": [0]}]}, "one slot for each of the 2 workers"),
-    ("{not json", "is not JSON"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({k: v for k, v in BODY.items() if k != "id"}, 'The spec needs "id"'),
+        ({**BODY, "workers": 0, "gpu_type": "A100"}, "workers: Use between 1 and 64 workers."),
+        ({**BODY, "gpus": 2}, "gpus: Unknown field; did you mean 'gpus_per_worker'?"),
+        ({**BODY, "mounts": [{"storage": "nlp-corpora", "path": "/c"}]}, "vision has no storage called 'nlp-corpora'"),
+        ({**BODY, "placement": [{"worker": 0, "node": "n", "gpus": [0]}]}, "one slot for each of the 2 workers"),
+        ("{not json", "is not JSON"),
+    ],
+)
 def test_render_manifests_refuses_a_bad_spec_with_a_message(k8s_world, tmp_path, body, message):
     with pytest.raises(CommandError, match=re.escape(message)):
         run_cli(tmp_path, body)
@@ -473,7 +603,9 @@ def test_validation_needs_no_network(monkeypatch):
 
     monkeypatch.setattr(socket, "socket", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
-    check_manifests([*department_manifests("nlp", 4, DEMO), render(spec(framework="python")), render(spec(framework="mpi"))])
+    check_manifests(
+        [*department_manifests("nlp", 4, DEMO), render(spec(framework="python")), render(spec(framework="mpi"))]
+    )
 
 
 @pytest.mark.parametrize("repo_requirements", [True, False])
@@ -487,22 +619,44 @@ def test_the_install_script_hands_each_requirement_to_pip_as_one_argument(tmp_pa
     code.mkdir()
     if repo_requirements:
         (code / "requirements.txt").write_text("scipy\n")
-    install = pod_specs(render(spec(requirements=(EVIL_REQUIREMENT, "pandas>=2"))))["Master"]["spec"]["initContainers"][1]
-    env = {**env_of(install), "PORTAL_CODE_DIR": str(code), "PORTAL_PACKAGES_DIR": str(tmp_path / "packages"),
-           "PATH": f"{bin_dir}:{os.environ['PATH']}", "PIP_ARGS": str(tmp_path / "pip-args")}
+    install = pod_specs(render(spec(requirements=(EVIL_REQUIREMENT, "pandas>=2"))))["Master"]["spec"]["initContainers"][
+        1
+    ]
+    env = {
+        **env_of(install),
+        "PORTAL_CODE_DIR": str(code),
+        "PORTAL_PACKAGES_DIR": str(tmp_path / "packages"),
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PIP_ARGS": str(tmp_path / "pip-args"),
+    }
     subprocess.run(install["command"], env=env, cwd=tmp_path, check=True)
     args = (tmp_path / "pip-args").read_text().splitlines()
     reading = ["-r", str(code / "requirements.txt")] if repo_requirements else []
-    assert args == ["-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--target",
-                    str(tmp_path / "packages"), *reading, "--", EVIL_REQUIREMENT, "pandas>=2"]
+    assert args == [
+        "-m",
+        "pip",
+        "install",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--target",
+        str(tmp_path / "packages"),
+        *reading,
+        "--",
+        EVIL_REQUIREMENT,
+        "pandas>=2",
+    ]
     assert not list(tmp_path.glob("pwned*"))
 
 
 def test_the_install_script_does_nothing_without_requirements(tmp_path):
     (tmp_path / "code").mkdir()
     install = pod_specs(render(spec(requirements=())))["Master"]["spec"]["initContainers"][1]
-    env = {**env_of(install), "PORTAL_CODE_DIR": str(tmp_path / "code"), "PORTAL_PACKAGES_DIR": str(tmp_path / "p"),
-           "PATH": "/nonexistent:/usr/bin:/bin"}
+    env = {
+        **env_of(install),
+        "PORTAL_CODE_DIR": str(tmp_path / "code"),
+        "PORTAL_PACKAGES_DIR": str(tmp_path / "p"),
+        "PATH": "/nonexistent:/usr/bin:/bin",
+    }
     result = subprocess.run(install["command"], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -556,28 +710,43 @@ def test_a_departments_pods_reach_each_other_dns_and_the_outside_but_not_the_clu
     assert "ports" not in outside and anywhere["ipBlock"]["cidr"] == "0.0.0.0/0"
     assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"} <= set(anywhere["ipBlock"]["except"])
     (ingress,) = policy["spec"]["ingress"]
-    assert ingress["from"] == [{"podSelector": {}},  # nothing else of the cluster: not another department
-                               {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gpu-portal"}}}]
+    assert ingress["from"] == [
+        {"podSelector": {}},  # nothing else of the cluster: not another department
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gpu-portal"}}},
+    ]
 
 
 def test_the_fence_follows_the_clusters_networks_and_the_portals_namespace():
-    cluster = ClusterSettings.from_cluster("k8s", {"internal_cidrs": ["10.244.0.0/16", "fd00::/8"],
-                                                   "portal_namespace": "portal-system",
-                                                   "ingress_namespaces": ["knative-serving"]})
+    cluster = ClusterSettings.from_cluster(
+        "k8s",
+        {
+            "internal_cidrs": ["10.244.0.0/16", "fd00::/8"],
+            "portal_namespace": "portal-system",
+            "ingress_namespaces": ["knative-serving"],
+        },
+    )
     policy = next(m for m in department_manifests("nlp", 0, cluster) if m["kind"] == "NetworkPolicy")
     assert manifest_problems(policy) == []
-    assert policy["spec"]["egress"][2]["to"] == [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]}},
-                                                 {"ipBlock": {"cidr": "::/0", "except": ["fd00::/8"]}}]
+    assert policy["spec"]["egress"][2]["to"] == [
+        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]}},
+        {"ipBlock": {"cidr": "::/0", "except": ["fd00::/8"]}},
+    ]
     assert [peer.get("namespaceSelector", {}).get("matchLabels") for peer in policy["spec"]["ingress"][0]["from"]] == [
-        None, {"kubernetes.io/metadata.name": "portal-system"}, {"kubernetes.io/metadata.name": "knative-serving"}]
+        None,
+        {"kubernetes.io/metadata.name": "portal-system"},
+        {"kubernetes.io/metadata.name": "knative-serving"},
+    ]
 
 
-@pytest.mark.parametrize(("values", "message"), [
-    ({"internal_cidrs": ["10.0.0.1/8"]}, "'10.0.0.1/8' is not a network"),
-    ({"internal_cidrs": ["0.0.0.0/0"]}, "is every address"),
-    ({"internal_cidrs": "10.0.0.0/8"}, "setting internal_cidrs must be a list"),
-    ({"portal_namespace": "Gpu Portal"}, "must name namespaces"),
-])
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"internal_cidrs": ["10.0.0.1/8"]}, "'10.0.0.1/8' is not a network"),
+        ({"internal_cidrs": ["0.0.0.0/0"]}, "is every address"),
+        ({"internal_cidrs": "10.0.0.0/8"}, "setting internal_cidrs must be a list"),
+        ({"portal_namespace": "Gpu Portal"}, "must name namespaces"),
+    ],
+)
 def test_a_fence_that_would_not_hold_is_refused_by_name(values, message):
     with pytest.raises(ManifestError, match=message):
         ClusterSettings.from_cluster("k8s", values)

@@ -54,8 +54,12 @@ def reclaim(world, job: Job, *, checkpoint_at: float | None, stopped_after: floa
     submit(world, world.alice, name="claimant", gpus_per_worker=2)
     job.refresh_from_db()
     assert (job.preempt_reason, job.status) == ("reclaim", "running")
-    services.job_observe(job=job, state=ObservedState(
-        phase=CANCELLED, reason="cancelled", finished_at=at(job, stopped_after), checkpoint_at=checkpoint_at))
+    services.job_observe(
+        job=job,
+        state=ObservedState(
+            phase=CANCELLED, reason="cancelled", finished_at=at(job, stopped_after), checkpoint_at=checkpoint_at
+        ),
+    )
     job.refresh_from_db()
     return job
 
@@ -73,7 +77,8 @@ def test_a_preempted_run_loses_only_the_gpu_time_since_its_checkpoint_marker(wor
     assert job.lost_gpu_seconds == pytest.approx(8 * 0.5 * HOUR)  # 8 GPUs from the checkpoint (1 h) to the stop (1.5 h)
     assert preempted_event(job).message == (
         f"Stopped because its department's borrowed GPUs were reclaimed; 14400 GPU-seconds lost since its last "
-        f"checkpoint at {checkpoint:%H:%M:%S}.")
+        f"checkpoint at {checkpoint:%H:%M:%S}."
+    )
     body = world.api(world.bob).get(f"/api/v1/jobs/{job.pk}/").json()
     assert (body["preemptions"], body["lost_gpu_seconds"]) == (1, pytest.approx(14400))
 
@@ -85,13 +90,16 @@ def test_a_run_without_a_checkpoint_marker_loses_all_of_its_gpu_time(world, borr
     assert job.lost_gpu_seconds == pytest.approx(8 * 1.5 * HOUR)
     assert preempted_event(job).message == (
         "Stopped because its department's borrowed GPUs were reclaimed; 43200 GPU-seconds lost since the run "
-        "started; it wrote no checkpoint marker during the run.")
+        "started; it wrote no checkpoint marker during the run."
+    )
 
 
 @pytest.mark.django_db
 def test_a_marker_reported_while_running_counts_when_the_stop_reports_none(world, borrower):
-    services.job_observe(job=borrower, state=ObservedState(phase=RUNNING, started_at=at(borrower, 60),
-                                                           checkpoint_at=at(borrower, 1.25 * HOUR)))
+    services.job_observe(
+        job=borrower,
+        state=ObservedState(phase=RUNNING, started_at=at(borrower, 60), checkpoint_at=at(borrower, 1.25 * HOUR)),
+    )
     borrower.refresh_from_db()
     assert borrower.checkpoint_at == borrower.admitted_at + timedelta(hours=1.25)
     assert borrower.status == "running"
@@ -119,8 +127,8 @@ def test_the_job_page_shows_its_runs_and_lost_gpu_hours(world, borrower):
 
     page = client.get(f"/jobs/{job.pk}/").content.decode()
 
-    assert "<dt>Runs</dt><dd>1 <span class=\"muted\">(Preemptions: 1)</span></dd>" in page
-    assert f"<dt>Lost GPU-hours</dt><dd>4 <span class=\"muted\">(last checkpoint {checkpoint:%H:%M:%S})</span>" in page
+    assert '<dt>Runs</dt><dd>1 <span class="muted">(Preemptions: 1)</span></dd>' in page
+    assert f'<dt>Lost GPU-hours</dt><dd>4 <span class="muted">(last checkpoint {checkpoint:%H:%M:%S})</span>' in page
 
 
 @pytest.mark.django_db
@@ -137,7 +145,7 @@ def test_the_usage_report_shows_lost_gpu_hours_beside_gpu_hours(world, borrower)
     assert "(4 lost to preemption)" in page
 
 
-def test_one_board_shows_every_run_of_a_job_beside_its_runs_of_the_old_layout(portal, settings):  # noqa: F811
+def test_one_board_shows_every_run_of_a_job_beside_its_runs_of_the_old_layout(portal, settings):
     job = submit(portal, portal.alice, name="resumed", gpus_per_worker=0.25, tensorboard=True)
     executor_root = settings.PORTAL_DATA_ROOT / "executors" / job.cluster.name
     # A run of before the per-job folders (<root>/jobs/<run id>/tensorboard/), then two runs of today's layout.

@@ -19,13 +19,18 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 from tensorboardX import SummaryWriter
 
-from tensorboards import services as boards, proxy
 from clusters import local_procs
 from jobs.models import Job
+from tensorboards import proxy
+from tensorboards import services as boards
 from tensorboards.models import TensorBoard
 
-JOB = {"department": "vision", "code_url": "https://git.example.com/team/repo.git", "command": "python train.py",
-       "gpus_per_worker": 0.25}
+JOB = {
+    "department": "vision",
+    "code_url": "https://git.example.com/team/repo.git",
+    "command": "python train.py",
+    "gpus_per_worker": 0.25,
+}
 LOSSES = [1.0, 0.5, 0.25, 0.125, 0.0625]
 
 
@@ -36,8 +41,11 @@ def portal(world, settings, tmp_path):
     yield world
     for board in TensorBoard.objects.exclude(pid=None):
         boards.board_stop(board=board)
-        poll(lambda board=board: not local_procs.alive(board.pid, int(board.handle) if board.handle else None),
-             what=f"TensorBoard {board.pk} to end", timeout=15)
+        poll(
+            lambda board=board: not local_procs.alive(board.pid, int(board.handle) if board.handle else None),
+            what=f"TensorBoard {board.pk} to end",
+            timeout=15,
+        )
 
 
 def submit_with_events(portal, settings, name: str, *, user=None, tensorboard=True) -> tuple[int, str]:
@@ -46,8 +54,9 @@ def submit_with_events(portal, settings, name: str, *, user=None, tensorboard=Tr
 
     Returns (job id, the run's name on the board).
     """
-    response = portal.api(user or portal.alice).post("/api/v1/jobs/", {**JOB, "name": name, "tensorboard": tensorboard},
-                                                     format="json")
+    response = portal.api(user or portal.alice).post(
+        "/api/v1/jobs/", {**JOB, "name": name, "tensorboard": tensorboard}, format="json"
+    )
     assert response.status_code == 201, response.json()
     job = Job.objects.get(pk=response.json()["id"])
     assert job.run_id, "the job was admitted and so has a run"
@@ -68,8 +77,15 @@ def fetch(path: str, *, user=None, method: str = "get", data=None, accept: str =
             await client.aforce_login(user)
         try:
             if scope is not None:
-                response = await client.request(**{"method": "GET", "path": path, "query_string": "",
-                                                   "headers": [(b"host", b"testserver")], **scope})
+                response = await client.request(
+                    **{
+                        "method": "GET",
+                        "path": path,
+                        "query_string": "",
+                        "headers": [(b"host", b"testserver")],
+                        **scope,
+                    }
+                )
             elif method == "post":
                 response = await client.post(path, data, headers={"accept": accept})
             else:
@@ -144,8 +160,12 @@ def test_it_starts_a_real_tensorboard_for_a_job_and_serves_it_through_the_proxy(
     assert "loss" in found[run]
 
     # The data API posts forms: the proxy forwards the method and body.
-    response, body = fetch(f"/tensorboard/{job_id}/data/plugin/scalars/scalars_multirun", user=portal.alice,
-                           method="post", data={"tag": "loss", "runs": [run]})
+    response, body = fetch(
+        f"/tensorboard/{job_id}/data/plugin/scalars/scalars_multirun",
+        user=portal.alice,
+        method="post",
+        data={"tag": "loss", "runs": [run]},
+    )
     assert response.status_code == 200, body
     assert [(step, value) for _, step, value in json.loads(body)[run]] == list(enumerate(LOSSES))
     assert TensorBoard.objects.get(pk=board["id"]).last_access_at is not None
@@ -161,7 +181,9 @@ def test_it_compares_the_runs_of_several_jobs_on_one_board(portal, settings):
     assert board["url"] == f"/tensorboard/compare/{board['id']}/"
     assert board["jobs"] == [first, second]
     wait_running(portal, f"/api/v1/tensorboards/{board['id']}/")
-    same = portal.api(portal.alice).post("/api/v1/tensorboards/", {"jobs": [first, second, first]}, format="json").json()
+    same = (
+        portal.api(portal.alice).post("/api/v1/tensorboards/", {"jobs": [first, second, first]}, format="json").json()
+    )
     assert same["id"] == board["id"]
 
     found = poll(lambda: len(t := tags(board["url"], portal.alice)) == 2 and t, what="both runs")
@@ -178,8 +200,11 @@ def test_it_compares_the_runs_of_several_jobs_on_one_board(portal, settings):
 
 def test_it_names_the_jobs_a_comparison_cannot_use(portal, settings):
     mine, _ = submit_with_events(portal, settings, "mine")
-    theirs = portal.api(portal.bob).post("/api/v1/jobs/", {**JOB, "name": "theirs", "department": "nlp"},
-                                         format="json").json()["id"]
+    theirs = (
+        portal.api(portal.bob)
+        .post("/api/v1/jobs/", {**JOB, "name": "theirs", "department": "nlp"}, format="json")
+        .json()["id"]
+    )
     response = portal.api(portal.alice).post("/api/v1/tensorboards/", {"jobs": [mine, theirs, 999999]}, format="json")
     assert response.status_code == 400
     assert response.json() == {"jobs": [f"No job with ids {theirs}, 999999 in your departments."]}
@@ -207,32 +232,41 @@ def test_it_hides_a_jobs_board_from_outsiders_and_anonymous_users(portal, settin
     assert not TensorBoard.objects.exists(), "nobody allowed asked for it, so nothing was started"
 
 
-@pytest.mark.parametrize("path, raw", [
-    ("/tensorboard/{id}/../1/", None),
-    ("/tensorboard/{id}/./data/runs", None),
-    ("/tensorboard/{id}/data\\runs", None),
-    ("/tensorboard/{id}/data%00runs", None),
-    ("/tensorboard/{id}/http://evil.example/", None),
-    ("/tensorboard/{id}//etc/passwd", None),
-    ("/tensorboard/{id}/data/runs", "/tensorboard/{id}/data%2fruns"),
-    ("/tensorboard/{id}/data/runs", "/tensorboard/{id}/data%2Fruns"),
-    ("/tensorboard/{id}/../../x", "/tensorboard/{id}/%2e%2e/%2e%2e/x"),
-])
+@pytest.mark.parametrize(
+    "path, raw",
+    [
+        ("/tensorboard/{id}/../1/", None),
+        ("/tensorboard/{id}/./data/runs", None),
+        ("/tensorboard/{id}/data\\runs", None),
+        ("/tensorboard/{id}/data%00runs", None),
+        ("/tensorboard/{id}/http://evil.example/", None),
+        ("/tensorboard/{id}//etc/passwd", None),
+        ("/tensorboard/{id}/data/runs", "/tensorboard/{id}/data%2fruns"),
+        ("/tensorboard/{id}/data/runs", "/tensorboard/{id}/data%2Fruns"),
+        ("/tensorboard/{id}/../../x", "/tensorboard/{id}/%2e%2e/%2e%2e/x"),
+    ],
+)
 def test_it_rejects_path_tricks(portal, settings, path, raw):
     job_id, _ = submit_with_events(portal, settings, "tricks")
     if raw is None:
         response, body = fetch(path.format(id=job_id), user=portal.alice)
     else:
-        response, body = fetch(path.format(id=job_id), user=portal.alice,
-                               scope={"path": path.format(id=job_id), "raw_path": raw.format(id=job_id).encode()})
+        response, body = fetch(
+            path.format(id=job_id),
+            user=portal.alice,
+            scope={"path": path.format(id=job_id), "raw_path": raw.format(id=job_id).encode()},
+        )
     assert response.status_code == 400, body
     assert b"not allowed" in body
 
 
 def test_it_refuses_posts_from_other_origins(portal, settings):
     job_id, _ = submit_with_events(portal, settings, "origin")
-    response, _ = fetch(f"/tensorboard/{job_id}/data/plugin/scalars/scalars_multirun", user=portal.alice,
-                        scope={"method": "POST", "headers": [(b"host", b"testserver"), (b"origin", b"https://evil.example")]})
+    response, _ = fetch(
+        f"/tensorboard/{job_id}/data/plugin/scalars/scalars_multirun",
+        user=portal.alice,
+        scope={"method": "POST", "headers": [(b"host", b"testserver"), (b"origin", b"https://evil.example")]},
+    )
     assert response.status_code == 403
     assert not TensorBoard.objects.exists()
 

@@ -8,29 +8,37 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import Conflict
-from tensorboards import services as boards
-from clusters.manifest_validation import manifest_problems
+from accounts.models import Department
 from clusters.k8s import ClusterSettings
+from clusters.manifest_validation import manifest_problems
+from clusters.models import Cluster, GpuPool
+from core.errors import Conflict
+from images.models import FrameworkImage
+from jobs.models import Job
+from quotas.models import PriorityClass, Quota
+from tensorboards import services as boards
 from tensorboards.backends import BoardError
 from tensorboards.backends_k8s import KubeBoardSpec, KubernetesBoardBackend, board_manifests
-from jobs.models import Job
 from tensorboards.models import TensorBoard
-from clusters.models import Cluster, GpuPool
-from accounts.models import Department
-from images.models import FrameworkImage
-from quotas.models import PriorityClass, Quota
 
 NAMESPACE = "portal-vision"
 CLUSTER = ClusterSettings(cluster="gpu1", job_volume_pvc="portal-jobs")
-SPEC = KubeBoardSpec(board_id=5, path_prefix="/tensorboard/12", department="vision",
-                     runs=(("resnet-12-ab12", "12-ab12/tensorboard"), ("resnet-13-cd34", "13-cd34/tensorboard")))
+SPEC = KubeBoardSpec(
+    board_id=5,
+    path_prefix="/tensorboard/12",
+    department="vision",
+    runs=(("resnet-12-ab12", "12-ab12/tensorboard"), ("resnet-13-cd34", "13-cd34/tensorboard")),
+)
 
 
 def deployment_becomes_available(kube, name: str, *, available: int = 1) -> None:
     obj = kube.get("apps/v1", "Deployment", NAMESPACE, name)
-    obj["status"] = {"observedGeneration": obj["metadata"]["generation"], "replicas": 1, "availableReplicas": available,
-                     "readyReplicas": available}
+    obj["status"] = {
+        "observedGeneration": obj["metadata"]["generation"],
+        "replicas": 1,
+        "availableReplicas": available,
+        "readyReplicas": available,
+    }
     kube.update(obj, status=True)
 
 
@@ -52,10 +60,15 @@ def test_it_builds_a_valid_deployment_and_service_reading_the_runs_read_only():
     pod = deployment["spec"]["template"]["spec"]
     [container] = pod["containers"]
     assert container["image"] == "registry.example.com/tensorboard:2.18"
-    assert container["args"][:2] == ["--logdir_spec", "resnet-12-ab12:/runs/resnet-12-ab12,resnet-13-cd34:/runs/resnet-13-cd34"]
+    assert container["args"][:2] == [
+        "--logdir_spec",
+        "resnet-12-ab12:/runs/resnet-12-ab12,resnet-13-cd34:/runs/resnet-13-cd34",
+    ]
     assert ["--path_prefix", "/tensorboard/12"] == container["args"][2:4] and "--bind_all" in container["args"]
     assert [(m["mountPath"], m["subPath"], m["readOnly"]) for m in container["volumeMounts"]] == [
-        ("/runs/resnet-12-ab12", "12-ab12/tensorboard", True), ("/runs/resnet-13-cd34", "13-cd34/tensorboard", True)]
+        ("/runs/resnet-12-ab12", "12-ab12/tensorboard", True),
+        ("/runs/resnet-13-cd34", "13-cd34/tensorboard", True),
+    ]
     assert pod["volumes"] == [{"name": "job-volume", "persistentVolumeClaim": {"claimName": "portal-jobs"}}]
     assert container["readinessProbe"]["httpGet"]["path"] == "/tensorboard/12/"
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"] == {"portal/tensorboard": "5"}
@@ -63,8 +76,12 @@ def test_it_builds_a_valid_deployment_and_service_reading_the_runs_read_only():
 
 def test_it_refuses_run_paths_that_would_leave_the_job_volume_folder():
     with pytest.raises(BoardError, match="cannot be shown"):
-        board_manifests(KubeBoardSpec(board_id=1, path_prefix="/tensorboard/1", department="vision",
-                                      runs=(("x", "../other-dept/secret"),)), CLUSTER)
+        board_manifests(
+            KubeBoardSpec(
+                board_id=1, path_prefix="/tensorboard/1", department="vision", runs=(("x", "../other-dept/secret"),)
+            ),
+            CLUSTER,
+        )
 
 
 # --- the backend through the real client ------------------------------------------------------------
@@ -77,7 +94,9 @@ def test_start_creates_both_ready_when_available_stop_removes_both(kube_api, kub
     assert process.host == "tensorboard-5.portal-vision.svc.cluster.local" and process.port == 80
     created = kube.get("apps/v1", "Deployment", NAMESPACE, "tensorboard-5")
     assert [m["subPath"] for m in created["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]] == [
-        "12-ab12/tensorboard", "13-cd34/tensorboard"]
+        "12-ab12/tensorboard",
+        "13-cd34/tensorboard",
+    ]
     assert kube.get("v1", "Service", NAMESPACE, "tensorboard-5")["spec"]["ports"][0]["targetPort"] == 6006
 
     assert backend.alive(process) and not backend.ready(process)
@@ -96,7 +115,9 @@ def test_sync_runs_gives_the_deployment_a_new_run(kube_api, kube, namespace):
     backend = KubernetesBoardBackend(kube_api, CLUSTER)
     backend.start(KubeBoardSpec(board_id=5, path_prefix="/tensorboard/12", department="vision", runs=SPEC.runs[:1]))
     backend.sync_runs(SPEC)
-    mounts = kube.get("apps/v1", "Deployment", NAMESPACE, "tensorboard-5")["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    mounts = kube.get("apps/v1", "Deployment", NAMESPACE, "tensorboard-5")["spec"]["template"]["spec"]["containers"][0][
+        "volumeMounts"
+    ]
     assert [m["subPath"] for m in mounts] == ["12-ab12/tensorboard", "13-cd34/tensorboard"]
     generation = kube.get("apps/v1", "Deployment", NAMESPACE, "tensorboard-5")["metadata"]["generation"]
     backend.sync_runs(SPEC)  # unchanged: not rolled again
@@ -126,10 +147,18 @@ def k8s_jobs(world, settings, tmp_path, kube, namespace):
 
     def job(name: str, run_id: str, department=vision, user=None) -> Job:
         return Job.objects.create(
-            name=name, department=department, cluster=cluster, pool=pool, submitted_by=user or world.alice,
-            code_url="https://git.example.com/team/repo.git", command="python train.py",
-            image=FrameworkImage.objects.first(), priority=PriorityClass.objects.first(), run_id=run_id,
-            status=Job.Status.RUNNING)
+            name=name,
+            department=department,
+            cluster=cluster,
+            pool=pool,
+            submitted_by=user or world.alice,
+            code_url="https://git.example.com/team/repo.git",
+            command="python train.py",
+            image=FrameworkImage.objects.first(),
+            priority=PriorityClass.objects.first(),
+            run_id=run_id,
+            status=Job.Status.RUNNING,
+        )
 
     world.job = job
     return world
@@ -152,7 +181,10 @@ def test_a_kubernetes_jobs_board_goes_running_and_stops(k8s_jobs, kube):
 
     boards.board_stop(board=board)
     assert board.status == TensorBoard.Status.STOPPED
-    assert kube.get("apps/v1", "Deployment", NAMESPACE, name) is None and kube.get("v1", "Service", NAMESPACE, name) is None
+    assert (
+        kube.get("apps/v1", "Deployment", NAMESPACE, name) is None
+        and kube.get("v1", "Service", NAMESPACE, name) is None
+    )
 
 
 def test_jobs_of_two_departments_cannot_share_a_cluster_board(k8s_jobs):

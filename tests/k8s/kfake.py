@@ -27,8 +27,6 @@ says whether the request took effect). ``Fault.hits`` counts the requests it ans
 
 from __future__ import annotations
 
-FAKE_READY = True  # create/get/list/watch/delete/patch/status/logs work through the real client
-
 import asyncio
 import contextlib
 import copy
@@ -46,6 +44,8 @@ import attrs
 import kmock
 
 from clusters.manifest_validation import CRD_FILES, manifest_problems
+
+FAKE_READY = True  # create/get/list/watch/delete/patch/status/logs work through the real client
 
 # (group, version, plural) -> (kind, namespaced)
 RESOURCES: dict[tuple[str, str, str], tuple[str, bool]] = {
@@ -88,8 +88,15 @@ def api_version_of(group: str, version: str) -> str:
 
 
 def status_body(code: int, reason: str, message: str, **details) -> dict:
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details:
         body["details"] = details
     return body
@@ -137,9 +144,14 @@ def parse_selector(text: str) -> list:
 def selector_matches(selector: list, labels: dict) -> bool:
     for op, key, values in selector:
         present, value = key in labels, labels.get(key)
-        ok = {"=": present and value in values, "in": present and value in values,
-              "!=": not present or value not in values, "notin": not present or value not in values,
-              "exists": present, "!": not present}[op]
+        ok = {
+            "=": present and value in values,
+            "in": present and value in values,
+            "!=": not present or value not in values,
+            "notin": not present or value not in values,
+            "exists": present,
+            "!": not present,
+        }[op]
         if not ok:
             return False
     return True
@@ -209,8 +221,11 @@ class Fault:
     hits: int = 0
 
     def matches(self, method: str, path: str) -> bool:
-        return (self.hits < self.times and (self.method is None or self.method.upper() == method)
-                and self.path_contains in path)
+        return (
+            self.hits < self.times
+            and (self.method is None or self.method.upper() == method)
+            and self.path_contains in path
+        )
 
 
 # ------------------------------------------------------------------------------------------ store
@@ -295,10 +310,26 @@ class KubeFake:
 
     # -- test controls
 
-    def inject(self, status: int | None = 500, *, times: int = 1, method: str | None = None, path_contains: str = "",
-               delay: float = 0, land: bool = False, message: str = "injected fault") -> Fault:
-        fault = Fault(status=status, times=times, method=method, path_contains=path_contains, delay=delay,
-                      land=land, message=message)
+    def inject(
+        self,
+        status: int | None = 500,
+        *,
+        times: int = 1,
+        method: str | None = None,
+        path_contains: str = "",
+        delay: float = 0,
+        land: bool = False,
+        message: str = "injected fault",
+    ) -> Fault:
+        fault = Fault(
+            status=status,
+            times=times,
+            method=method,
+            path_contains=path_contains,
+            delay=delay,
+            land=land,
+            message=message,
+        )
         with self.lock:
             self.faults.append(fault)
         return fault
@@ -319,9 +350,13 @@ class KubeFake:
         resource, _ = resource_of(api_version, kind)
         selector = parse_selector(labels)
         with self.lock:
-            return [copy.deepcopy(o) for (r, ns, _), o in sorted(self.store.objects.items(), key=lambda i: str(i[0]))
-                    if r == resource and (namespace is None or ns == namespace)
-                    and selector_matches(selector, o["metadata"].get("labels") or {})]
+            return [
+                copy.deepcopy(o)
+                for (r, ns, _), o in sorted(self.store.objects.items(), key=lambda i: str(i[0]))
+                if r == resource
+                and (namespace is None or ns == namespace)
+                and selector_matches(selector, o["metadata"].get("labels") or {})
+            ]
 
     def seed(self, manifest: dict) -> dict:
         """Put an object in as an administrator would (no validation, creates its namespace)."""
@@ -340,7 +375,9 @@ class KubeFake:
                 raise KeyError(key)
             return self._store(key, copy.deepcopy(obj), "MODIFIED", spec_changed=not status)
 
-    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, propagation: str = "Background") -> None:
+    def delete(
+        self, api_version: str, kind: str, namespace: str | None, name: str, propagation: str = "Background"
+    ) -> None:
         resource, namespaced = resource_of(api_version, kind)
         with self.lock:
             self._delete((resource, namespace if namespaced else None, name), propagation)
@@ -366,7 +403,11 @@ class KubeFake:
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         if not meta.get("name"):
-            raise ApiError(422, "Invalid", f"{obj['kind']} \"\" is invalid: metadata.name: Required value: name or generateName is required")
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{obj["kind"]} "" is invalid: metadata.name: Required value: name or generateName is required',
+            )
         namespace = meta.get("namespace") if namespaced else None
         if not namespaced:
             meta.pop("namespace", None)
@@ -375,10 +416,16 @@ class KubeFake:
         key = (resource, namespace, meta["name"])
         plural = resource[2]
         if key in self.store.objects:
-            raise ApiError(409, "AlreadyExists", f"{plural}.{resource[0]} \"{meta['name']}\" already exists".replace(". ", " ").replace('.""', '"'),
-                           name=meta["name"], group=resource[0], kind=plural)
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{plural}.{resource[0]} "{meta["name"]}" already exists'.replace(". ", " ").replace('.""', '"'),
+                name=meta["name"],
+                group=resource[0],
+                kind=plural,
+            )
         if namespaced and (("", "v1", "namespaces"), None, namespace) not in self.store.objects:
-            raise ApiError(404, "NotFound", f"namespaces \"{namespace}\" not found", name=namespace, kind="namespaces")
+            raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found', name=namespace, kind="namespaces")
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_iso(), generation=1)
         for server_owned in ("deletionTimestamp", "resourceVersion"):
             meta.pop(server_owned, None)
@@ -412,15 +459,24 @@ class KubeFake:
         return obj
 
     def _dependents(self, uid: str) -> list[tuple]:
-        return [k for k, o in self.store.objects.items()
-                if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or [])]
+        return [
+            k
+            for k, o in self.store.objects.items()
+            if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or [])
+        ]
 
     def _delete(self, key, propagation: str = "Background") -> dict:
         obj = self.store.objects.get(key)
         if obj is None:
             resource = key[0]
-            raise ApiError(404, "NotFound", f"{resource[2]}{'.' + resource[0] if resource[0] else ''} \"{key[2]}\" not found",
-                           name=key[2], group=resource[0], kind=resource[2])
+            raise ApiError(
+                404,
+                "NotFound",
+                f'{resource[2]}{"." + resource[0] if resource[0] else ""} "{key[2]}" not found',
+                name=key[2],
+                group=resource[0],
+                kind=resource[2],
+            )
         meta = obj["metadata"]
         dependents = self._dependents(meta["uid"])
         if propagation == "Orphan":
@@ -448,15 +504,21 @@ class KubeFake:
     def _terminating(self, obj: dict) -> bool:
         """A pod with a grace period stays (with a deletionTimestamp) until the kubelet ends it, when the
         operator simulation says so (``fake.operator.graceful = True``)."""
-        return (self.operator.graceful and obj["kind"] == "Pod"
-                and obj.get("status", {}).get("phase") in ("Pending", "Running"))
+        return (
+            self.operator.graceful
+            and obj["kind"] == "Pod"
+            and obj.get("status", {}).get("phase") in ("Pending", "Running")
+        )
 
     def _collect_owners(self) -> None:
         """Foreground deletion finishes once an owner has no dependents left."""
         for key, obj in list(self.store.objects.items()):
             meta = obj["metadata"]
-            if (key in self.store.objects and "foregroundDeletion" in (meta.get("finalizers") or [])
-                    and not self._dependents(meta["uid"])):
+            if (
+                key in self.store.objects
+                and "foregroundDeletion" in (meta.get("finalizers") or [])
+                and not self._dependents(meta["uid"])
+            ):
                 meta["finalizers"] = [f for f in meta["finalizers"] if f != "foregroundDeletion"]
                 self._store(key, obj, "MODIFIED", spec_changed=False)
 
@@ -468,15 +530,30 @@ class KubeFake:
         problems = validator(_without_server_fields(obj)) if validator else []
         if problems:
             name = (obj.get("metadata") or {}).get("name", "")
-            raise ApiError(422, "Invalid", f"{obj.get('kind')} \"{name}\" is invalid: " + "; ".join(problems),
-                           name=name, kind=obj.get("kind"), causes=[{"message": p} for p in problems])
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{obj.get("kind")} "{name}" is invalid: ' + "; ".join(problems),
+                name=name,
+                kind=obj.get("kind"),
+                causes=[{"message": p} for p in problems],
+            )
 
 
 def _without_server_fields(obj: dict) -> dict:
     clean = copy.deepcopy(obj)
     meta = clean.get("metadata") or {}
-    for key in ("uid", "resourceVersion", "creationTimestamp", "generation", "deletionTimestamp",
-                "deletionGracePeriodSeconds", "managedFields", "ownerReferences", "finalizers"):
+    for key in (
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+        "ownerReferences",
+        "finalizers",
+    ):
         meta.pop(key, None)
     clean.pop("status", None)
     return clean
@@ -515,7 +592,7 @@ class _Handler(kmock.RawHandler):
             return response
         except ApiError as error:
             return aiohttp.web.json_response(error.body, status=error.code)
-        except Exception:  # the fake's own bug: visible to the client and to the test
+        except Exception:  # noqa: BLE001 - the fake's own bug: visible to the client and to the test
             fake.errors.append(traceback.format_exc())
             return aiohttp.web.json_response(status_body(500, "InternalError", traceback.format_exc()), status=500)
 
@@ -547,11 +624,19 @@ class _Handler(kmock.RawHandler):
             if method == "POST" and name is None:
                 obj = copy.deepcopy(body or {})
                 if obj.get("kind") != kind or obj.get("apiVersion") != api_version_of(group, version):
-                    raise ApiError(400, "BadRequest", f"the API version in the data ({obj.get('apiVersion')}) does not "
-                                   f"match the expected API version ({api_version_of(group, version)})")
+                    raise ApiError(
+                        400,
+                        "BadRequest",
+                        f"the API version in the data ({obj.get('apiVersion')}) does not "
+                        f"match the expected API version ({api_version_of(group, version)})",
+                    )
                 body_ns = (obj.get("metadata") or {}).get("namespace")
                 if namespaced and body_ns and body_ns != namespace:
-                    raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the namespace sent on the request")
+                    raise ApiError(
+                        400,
+                        "BadRequest",
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    )
                 if namespaced:
                     obj.setdefault("metadata", {})["namespace"] = namespace
                 fake._validate(obj)
@@ -563,8 +648,12 @@ class _Handler(kmock.RawHandler):
                     new = copy.deepcopy(body or {})
                     wanted = (new.get("metadata") or {}).get("resourceVersion")
                     if wanted and wanted != current["metadata"]["resourceVersion"]:
-                        raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on {resource[2]} \"{name}\": the "
-                                       "object has been modified; please apply your changes to the latest version and try again")
+                        raise ApiError(
+                            409,
+                            "Conflict",
+                            f'Operation cannot be fulfilled on {resource[2]} "{name}": the '
+                            "object has been modified; please apply your changes to the latest version and try again",
+                        )
                 elif isinstance(body, list):
                     new = json_patch(current, body)
                 else:
@@ -599,8 +688,14 @@ class _Handler(kmock.RawHandler):
         obj = self.fake.store.objects.get(key)
         if obj is None:
             resource = key[0]
-            raise ApiError(404, "NotFound", f"{resource[2]}{'.' + resource[0] if resource[0] else ''} \"{key[2]}\" not found",
-                           name=key[2], group=resource[0], kind=resource[2])
+            raise ApiError(
+                404,
+                "NotFound",
+                f'{resource[2]}{"." + resource[0] if resource[0] else ""} "{key[2]}" not found',
+                name=key[2],
+                group=resource[0],
+                kind=resource[2],
+            )
         return copy.deepcopy(obj)
 
     def _list(self, resource, kind: str, namespace: str | None, params: dict) -> dict:
@@ -608,12 +703,20 @@ class _Handler(kmock.RawHandler):
             selector = parse_selector(params.get("labelSelector", ""))
         except ValueError as error:
             raise ApiError(400, "BadRequest", f"unable to parse requirement: {error}") from None
-        items = [copy.deepcopy(o) for (r, ns, _), o in sorted(self.fake.store.objects.items(), key=lambda i: str(i[0]))
-                 if r == resource and (namespace is None or ns == namespace)
-                 and selector_matches(selector, o["metadata"].get("labels") or {})
-                 and field_matches(params.get("fieldSelector", ""), o)]
-        return {"apiVersion": api_version_of(resource[0], resource[1]), "kind": f"{kind}List",
-                "metadata": {"resourceVersion": str(self.fake.store.rv)}, "items": items}
+        items = [
+            copy.deepcopy(o)
+            for (r, ns, _), o in sorted(self.fake.store.objects.items(), key=lambda i: str(i[0]))
+            if r == resource
+            and (namespace is None or ns == namespace)
+            and selector_matches(selector, o["metadata"].get("labels") or {})
+            and field_matches(params.get("fieldSelector", ""), o)
+        ]
+        return {
+            "apiVersion": api_version_of(resource[0], resource[1]),
+            "kind": f"{kind}List",
+            "metadata": {"resourceVersion": str(self.fake.store.rv)},
+            "items": items,
+        }
 
     async def _watch(self, raw, resource, namespace, params):
         fake = self.fake
@@ -625,22 +728,29 @@ class _Handler(kmock.RawHandler):
         await response.prepare(raw)
 
         def wanted(obj: dict) -> bool:
-            return ((namespace is None or obj["metadata"].get("namespace") == namespace)
-                    and selector_matches(selector, obj["metadata"].get("labels") or {}) and field_matches(fields_, obj))
+            return (
+                (namespace is None or obj["metadata"].get("namespace") == namespace)
+                and selector_matches(selector, obj["metadata"].get("labels") or {})
+                and field_matches(fields_, obj)
+            )
 
         async def send(type_: str, obj: dict) -> None:
             await response.write(json.dumps({"type": type_, "object": obj}).encode() + b"\n")
 
         with fake.lock:
             if since == "0":  # the current state first, as synthetic ADDED events
-                initial = [copy.deepcopy(o) for (r, _, _), o in fake.store.objects.items() if r == resource and wanted(o)]
+                initial = [
+                    copy.deepcopy(o) for (r, _, _), o in fake.store.objects.items() if r == resource and wanted(o)
+                ]
                 position = fake.store.rv
             elif int(since) < fake.store.compacted:
                 initial, position = None, 0
             else:
                 initial, position = [], int(since)
         if initial is None:
-            await send("ERROR", status_body(410, "Expired", f"too old resource version: {since} ({fake.store.compacted})"))
+            await send(
+                "ERROR", status_body(410, "Expired", f"too old resource version: {since} ({fake.store.compacted})")
+            )
             await response.write_eof()
             return response
         for obj in initial:
@@ -657,7 +767,10 @@ class _Handler(kmock.RawHandler):
                         events = [e for e in fake.store.events if e.rv > position and e.resource == resource]
                         position = fake.store.rv
                 if gone:
-                    await send("ERROR", status_body(410, "Expired", f"too old resource version: {position} ({fake.store.compacted})"))
+                    await send(
+                        "ERROR",
+                        status_body(410, "Expired", f"too old resource version: {position} ({fake.store.compacted})"),
+                    )
                     break
                 for event in events:
                     if wanted(event.object):
@@ -676,16 +789,23 @@ class _Handler(kmock.RawHandler):
             container = params.get("container")
             if not container:
                 if len(names) != 1:
-                    raise ApiError(400, "BadRequest", f"a container name must be specified for pod {name}, choose one of: {names}")
+                    raise ApiError(
+                        400, "BadRequest", f"a container name must be specified for pod {name}, choose one of: {names}"
+                    )
                 container = names[0]
             if container not in names + init_names:
                 raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
-            statuses = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses", [])
-                        + pod.get("status", {}).get("initContainerStatuses", [])}
+            statuses = {
+                s["name"]: s
+                for s in pod.get("status", {}).get("containerStatuses", [])
+                + pod.get("status", {}).get("initContainerStatuses", [])
+            }
             state = statuses.get(container, {}).get("state", {"waiting": {"reason": "PodInitializing"}})
             if "waiting" in state and (namespace, name, container) not in fake.store.logs:
                 reason = state["waiting"].get("reason", "ContainerCreating")
-                raise ApiError(400, "BadRequest", f"container \"{container}\" in pod \"{name}\" is waiting to start: {reason}")
+                raise ApiError(
+                    400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+                )
         follow = params.get("follow") in ("true", "1", "True")
         tail = int(params["tailLines"]) if params.get("tailLines") else None
 
@@ -696,8 +816,11 @@ class _Handler(kmock.RawHandler):
         def done() -> bool:
             with fake.lock:
                 current = fake.store.objects.get((("", "v1", "pods"), namespace, name))
-                status = {s["name"]: s for s in (current or {}).get("status", {}).get("containerStatuses", [])
-                          + (current or {}).get("status", {}).get("initContainerStatuses", [])}
+                status = {
+                    s["name"]: s
+                    for s in (current or {}).get("status", {}).get("containerStatuses", [])
+                    + (current or {}).get("status", {}).get("initContainerStatuses", [])
+                }
                 return current is None or "terminated" in status.get(container, {}).get("state", {})
 
         content = text()
@@ -736,7 +859,12 @@ REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 REPLICA_FIELDS = {"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs", "MPIJob": "mpiReplicaSpecs"}
-API_VERSIONS = {"PyTorchJob": "kubeflow.org/v1", "TFJob": "kubeflow.org/v1", "MPIJob": "kubeflow.org/v2beta1", "Job": "batch/v1"}
+API_VERSIONS = {
+    "PyTorchJob": "kubeflow.org/v1",
+    "TFJob": "kubeflow.org/v1",
+    "MPIJob": "kubeflow.org/v2beta1",
+    "Job": "batch/v1",
+}
 
 
 class Operator:
@@ -776,24 +904,50 @@ class Operator:
                     continue
                 labels = dict(template.get("metadata", {}).get("labels") or {})
                 if kind == "Job":
-                    labels.update({"batch.kubernetes.io/job-name": name, "job-name": name,
-                                   "batch.kubernetes.io/controller-uid": job["metadata"]["uid"]})
+                    labels.update(
+                        {
+                            "batch.kubernetes.io/job-name": name,
+                            "job-name": name,
+                            "batch.kubernetes.io/controller-uid": job["metadata"]["uid"],
+                        }
+                    )
                 else:
-                    labels.update({JOB_NAME_LABEL: name, REPLICA_TYPE_LABEL: rtype.lower(), REPLICA_INDEX_LABEL: str(index),
-                                   OPERATOR_LABEL: f"{kind.lower()}-controller"})
+                    labels.update(
+                        {
+                            JOB_NAME_LABEL: name,
+                            REPLICA_TYPE_LABEL: rtype.lower(),
+                            REPLICA_INDEX_LABEL: str(index),
+                            OPERATOR_LABEL: f"{kind.lower()}-controller",
+                        }
+                    )
                     if rtype in ("Master", "Launcher") or (kind == "TFJob" and index == 0):
                         labels["training.kubeflow.org/job-role"] = "master"
                 spec = copy.deepcopy(template["spec"])
                 pod = {
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": pod_name, "namespace": namespace, "labels": labels, "ownerReferences": [{
-                        "apiVersion": job["apiVersion"], "kind": kind, "name": name, "uid": job["metadata"]["uid"],
-                        "controller": True, "blockOwnerDeletion": True}]},
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": pod_name,
+                        "namespace": namespace,
+                        "labels": labels,
+                        "ownerReferences": [
+                            {
+                                "apiVersion": job["apiVersion"],
+                                "kind": kind,
+                                "name": name,
+                                "uid": job["metadata"]["uid"],
+                                "controller": True,
+                                "blockOwnerDeletion": True,
+                            }
+                        ],
+                    },
                     "spec": spec,
                     "status": {
                         "phase": "Pending",
-                        "initContainerStatuses": [_waiting(c, "PodInitializing" if i else "ContainerCreating")
-                                                  for i, c in enumerate(spec.get("initContainers", []))],
+                        "initContainerStatuses": [
+                            _waiting(c, "PodInitializing" if i else "ContainerCreating")
+                            for i, c in enumerate(spec.get("initContainers", []))
+                        ],
                         "containerStatuses": [_waiting(c, "PodInitializing") for c in spec.get("containers", [])],
                     },
                 }
@@ -813,10 +967,15 @@ class Operator:
     def pods(self, kind: str, namespace: str, name: str) -> list[str]:
         job = self.job(kind, namespace, name)
         with self.fake.lock:
-            return sorted(o["metadata"]["name"] for o in self.fake.list("v1", "Pod", namespace)
-                          if any(r["uid"] == job["metadata"]["uid"] for r in o["metadata"].get("ownerReferences", [])))
+            return sorted(
+                o["metadata"]["name"]
+                for o in self.fake.list("v1", "Pod", namespace)
+                if any(r["uid"] == job["metadata"]["uid"] for r in o["metadata"].get("ownerReferences", []))
+            )
 
-    def set_condition(self, kind: str, namespace: str, name: str, type_: str, reason: str = "", message: str = "") -> dict:
+    def set_condition(
+        self, kind: str, namespace: str, name: str, type_: str, reason: str = "", message: str = ""
+    ) -> dict:
         """Set a job condition the way the operator does (Running / Restarting / Succeeded / Failed /
         Suspended, or Complete / Failed for a batch Job); an ending also sets completionTime and, for
         Training Operator jobs, turns Running False."""
@@ -836,22 +995,44 @@ class Operator:
             return self.fake.update(job, status=True)
 
     def succeed(self, kind: str, namespace: str, name: str) -> dict:
-        return self.set_condition(kind, namespace, name, "Complete" if kind == "Job" else "Succeeded",
-                                  message=f"{kind} {name} successfully completed." if kind != "Job" else "")
+        return self.set_condition(
+            kind,
+            namespace,
+            name,
+            "Complete" if kind == "Job" else "Succeeded",
+            message=f"{kind} {name} successfully completed." if kind != "Job" else "",
+        )
 
     def fail(self, kind: str, namespace: str, name: str, reason: str = "", message: str = "") -> dict:
         if not message:
-            message = (f"{kind} {name} is failed because 1 Worker replica(s) failed." if kind != "Job"
-                       else "Job has reached the specified backoff limit")
-        return self.set_condition(kind, namespace, name, "Failed", reason or (f"{kind}Failed" if kind != "Job" else "BackoffLimitExceeded"), message)
+            message = (
+                f"{kind} {name} is failed because 1 Worker replica(s) failed."
+                if kind != "Job"
+                else "Job has reached the specified backoff limit"
+            )
+        return self.set_condition(
+            kind,
+            namespace,
+            name,
+            "Failed",
+            reason or (f"{kind}Failed" if kind != "Job" else "BackoffLimitExceeded"),
+            message,
+        )
 
     def exceed_deadline(self, kind: str, namespace: str, name: str) -> dict:
         """activeDeadlineSeconds passed: the operator kills the pods and fails the job with DeadlineExceeded."""
         for pod in self.pods(kind, namespace, name):
             self.fake.delete("v1", "Pod", namespace, pod)
-        return self.set_condition(kind, namespace, name, "Failed", "DeadlineExceeded",
-                                  f"{kind} {name} has failed because it was active longer than specified deadline"
-                                  if kind != "Job" else "Job was active longer than specified deadline")
+        return self.set_condition(
+            kind,
+            namespace,
+            name,
+            "Failed",
+            "DeadlineExceeded",
+            f"{kind} {name} has failed because it was active longer than specified deadline"
+            if kind != "Job"
+            else "Job was active longer than specified deadline",
+        )
 
     # -- pods (the kubelet)
 
@@ -869,7 +1050,9 @@ class Operator:
             self.fake.store.logs[key] = self.fake.store.logs.get(key, "") + text
             self.fake._record(("", "v1", "pods-log"), "LOG", {"metadata": {"resourceVersion": str(self.fake.store.rv)}})
 
-    def init_done(self, namespace: str, pod: str, container: str, *, exit_code: int = 0, log: str = "", message: str = "") -> dict:
+    def init_done(
+        self, namespace: str, pod: str, container: str, *, exit_code: int = 0, log: str = "", message: str = ""
+    ) -> dict:
         """An init container ends: the next one runs; a failure fails the pod (restartPolicy Never)."""
         with self.fake.lock:
             if log:
@@ -898,8 +1081,12 @@ class Operator:
             obj = self._pod(namespace, pod)
             for status in obj["status"]["containerStatuses"]:
                 status.update(state={"running": {"startedAt": now_iso()}}, ready=True, started=True)
-            obj["status"].update(phase="Running", startTime=obj["status"].get("startTime") or now_iso(),
-                                 podIP="10.0.0.1", hostIP="10.0.1.1")
+            obj["status"].update(
+                phase="Running",
+                startTime=obj["status"].get("startTime") or now_iso(),
+                podIP="10.0.0.1",
+                hostIP="10.0.1.1",
+            )
             obj["spec"]["nodeName"] = obj["spec"].get("nodeName") or "gpu-node-1"
             self.fake.update(obj)
             if log:
@@ -914,8 +1101,11 @@ class Operator:
             obj = self._pod(namespace, pod)
             for status in obj["status"]["containerStatuses"]:
                 started = status["state"].get("running", {}).get("startedAt", now_iso())
-                status.update(state={"terminated": {**_terminated(exit_code, "", reason), "startedAt": started}},
-                              ready=False, started=False)
+                status.update(
+                    state={"terminated": {**_terminated(exit_code, "", reason), "startedAt": started}},
+                    ready=False,
+                    started=False,
+                )
             obj["status"]["phase"] = "Failed" if exit_code else "Succeeded"
             return self.fake.update(obj, status=True)
 
@@ -932,21 +1122,33 @@ class Operator:
         ended = []
         with self.fake.lock:
             for (resource, ns, name), obj in list(self.fake.store.objects.items()):
-                if (resource == ("", "v1", "pods") and obj["metadata"].get("deletionTimestamp")
-                        and (namespace is None or ns == namespace)):
+                if (
+                    resource == ("", "v1", "pods")
+                    and obj["metadata"].get("deletionTimestamp")
+                    and (namespace is None or ns == namespace)
+                ):
                     self.fake._remove((resource, ns, name))
                     ended.append(name)
         return ended
 
 
 def _waiting(container: dict, reason: str) -> dict:
-    return {"name": container["name"], "image": container.get("image", ""), "ready": False, "restartCount": 0,
-            "state": {"waiting": {"reason": reason}}}
+    return {
+        "name": container["name"],
+        "image": container.get("image", ""),
+        "ready": False,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": reason}},
+    }
 
 
 def _terminated(exit_code: int, message: str, reason: str = "") -> dict:
-    state = {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error"),
-             "startedAt": now_iso(), "finishedAt": now_iso()}
+    state = {
+        "exitCode": exit_code,
+        "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+        "startedAt": now_iso(),
+        "finishedAt": now_iso(),
+    }
     if message:
         state["message"] = message
     return state
@@ -959,5 +1161,13 @@ def _condition(status: dict, type_: str, reason: str, message: str) -> None:
         if condition["type"] == type_:
             condition.update(status="True", reason=reason, message=message, lastUpdateTime=stamp)
             return
-    conditions.append({"type": type_, "status": "True", "reason": reason, "message": message,
-                       "lastUpdateTime": stamp, "lastTransitionTime": stamp})
+    conditions.append(
+        {
+            "type": type_,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastUpdateTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+    )

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.executors.base import Mount, ObservedState
-from clusters.kube import Kube
-from jobs.executors.kubernetes import KubernetesExecutor
 from clusters.k8s import ClusterSettings
+from clusters.kube import Kube
+from jobs.executors.base import Mount, ObservedState
+from jobs.executors.kubernetes import KubernetesExecutor
 from tests.jobs.executor_contract import ExecutorContract, Harness, wait_for
 
 pytestmark = pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="needs a real cluster: set KUBECONFIG")
@@ -36,7 +36,9 @@ class ClusterHarness(Harness):
     def __init__(self, executor, kube: Kube, git_root: Path):
         super().__init__(executor)
         self.kube, self.git_root = kube, git_root
-        self.pvcs = dict(item.split("=", 1) for item in filter(None, os.environ.get("PORTAL_K8S_STORAGE_PVCS", "").split(",")))
+        self.pvcs = dict(
+            item.split("=", 1) for item in filter(None, os.environ.get("PORTAL_K8S_STORAGE_PVCS", "").split(","))
+        )
 
     def code_url(self, path: Path) -> str:
         host, port = os.environ["PORTAL_K8S_GIT_HOST"], os.environ.get("PORTAL_K8S_GIT_PORT", "9418")
@@ -58,6 +60,7 @@ class ClusterHarness(Harness):
         def released():
             pods, _ = self.kube.list("v1", "Pod", labels=f"portal/job-id={job_id}")
             return all((pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") for pod in pods)
+
         wait_for(released, timeout=60, what=f"the pods of {job_id} to end")
 
 
@@ -65,8 +68,15 @@ class ClusterHarness(Harness):
 def harness(tmp_path_factory):
     git_root = tmp_path_factory.getbasetemp()
     daemon = subprocess.Popen(  # serves every repository the tests build under the base temp dir
-        [shutil.which("git") or "git", "daemon", "--reuseaddr", "--export-all", f"--base-path={git_root}",
-         f"--port={os.environ.get('PORTAL_K8S_GIT_PORT', '9418')}", str(git_root)],
+        [
+            shutil.which("git") or "git",
+            "daemon",
+            "--reuseaddr",
+            "--export-all",
+            f"--base-path={git_root}",
+            f"--port={os.environ.get('PORTAL_K8S_GIT_PORT', '9418')}",
+            str(git_root),
+        ],
     )
     kube = Kube.from_settings({"kubeconfig": os.environ["KUBECONFIG"]})
     settings = ClusterSettings.from_cluster("test", json.loads(os.environ.get("PORTAL_K8S_SETTINGS", "{}")))
@@ -88,7 +98,9 @@ class TestKubernetesExecutorOnACluster(ExecutorContract):
     def test_the_command_sees_the_job_environment_contract(self):
         pass
 
-    @pytest.mark.skip(reason="the tests' wheels are file:// URLs on this machine, and pods install afresh (no "
-                             "shared environment cache on Kubernetes)")
+    @pytest.mark.skip(
+        reason="the tests' wheels are file:// URLs on this machine, and pods install afresh (no "
+        "shared environment cache on Kubernetes)"
+    )
     def test_requirements_are_installed_once_then_reused(self):
         pass

@@ -16,15 +16,31 @@ NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}
 
 
 def config_map(name: str, **labels: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "team", "labels": labels},
-            "data": {"k": "v"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "team", "labels": labels},
+        "data": {"k": "v"},
+    }
 
 
 def batch_job(name: str = "train") -> dict:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "team", "labels": {"app": "x"}},
-            "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": {"app": "x"}}, "spec": {
-                "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
-                "containers": [{"name": "main", "image": "python:3.11", "command": ["true"]}]}}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "team", "labels": {"app": "x"}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"app": "x"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [{"name": "main", "image": "python:3.11", "command": ["true"]}],
+                },
+            },
+        },
+    }
 
 
 @pytest.fixture
@@ -45,10 +61,16 @@ def test_create_assigns_server_fields_and_answers_409_and_404_like_the_api_serve
     assert int(cm.metadata.resource_version) > int(created.metadata.resource_version)  # one global counter
 
     conflict = error_of(lambda: core.create_namespaced_config_map("team", config_map("a")))
-    assert conflict.status == 409 and '"reason": "AlreadyExists"' in conflict.body and 'configmaps \\"a\\" already exists' in conflict.body
+    assert (
+        conflict.status == 409
+        and '"reason": "AlreadyExists"' in conflict.body
+        and 'configmaps \\"a\\" already exists' in conflict.body
+    )
     missing = error_of(lambda: core.read_namespaced_config_map("b", "team"))
     assert missing.status == 404 and 'configmaps \\"b\\" not found' in missing.body
-    no_namespace = error_of(lambda: core.create_namespaced_config_map("elsewhere", config_map("a") | {"metadata": {"name": "a"}}))
+    no_namespace = error_of(
+        lambda: core.create_namespaced_config_map("elsewhere", config_map("a") | {"metadata": {"name": "a"}})
+    )
     assert no_namespace.status == 404 and 'namespaces \\"elsewhere\\" not found' in no_namespace.body
 
 
@@ -60,10 +82,15 @@ def test_a_typo_is_refused_with_422_and_the_schema_problem(kube, core):
     assert invalid.status == 422 and '"reason": "Invalid"' in invalid.body and "comand" in invalid.body
     assert kube.get("batch/v1", "Job", "team", "train") is None
 
-    pytorch = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "p", "namespace": "team"},
-               "spec": {"pytorchReplicaSpecs": {"Master": {"replicaz": 1}}}}
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p", "namespace": "team"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicaz": 1}}},
+    }
     with pytest.raises(KubeError) as caught:
         from clusters.kube import Kube
+
         Kube(kube.api_client(), sleep=lambda s: None).create(pytorch)
     assert caught.value.status == 422 and caught.value.permanent and "replicaz" in caught.value.message
 
@@ -76,24 +103,34 @@ def test_generation_bumps_on_spec_changes_only(kube, kube_api):
     assert labelled["metadata"]["generation"] == 1 and labelled["metadata"]["labels"]["new"] == "label"
     changed = kube_api.patch("batch/v1", "Job", "team", "train", {"spec": {"backoffLimit": 2}})
     assert changed["metadata"]["generation"] == 2
-    status = kube_api.patch_status("batch/v1", "Job", "team", "train", {"status": {"active": 1}, "spec": {"backoffLimit": 5}})
+    status = kube_api.patch_status(
+        "batch/v1", "Job", "team", "train", {"status": {"active": 1}, "spec": {"backoffLimit": 5}}
+    )
     assert status["status"] == {"active": 1} and status["spec"]["backoffLimit"] == 2  # only the status moved
     assert status["metadata"]["generation"] == 2
     assert kube_api.create(batch_job()) == (kube.get("batch/v1", "Job", "team", "train"), False)
 
 
-@pytest.mark.parametrize(("selector", "names"), [
-    ("tier=web", {"web-1", "web-2"}),
-    ("tier!=web", {"db", "bare"}),
-    ("tier in (db,cache)", {"db"}),
-    ("tier notin (web)", {"db", "bare"}),
-    ("tier", {"web-1", "web-2", "db"}),
-    ("!tier", {"bare"}),
-    ("tier=web,zone=a", {"web-1"}),
-])
+@pytest.mark.parametrize(
+    ("selector", "names"),
+    [
+        ("tier=web", {"web-1", "web-2"}),
+        ("tier!=web", {"db", "bare"}),
+        ("tier in (db,cache)", {"db"}),
+        ("tier notin (web)", {"db", "bare"}),
+        ("tier", {"web-1", "web-2", "db"}),
+        ("!tier", {"bare"}),
+        ("tier=web,zone=a", {"web-1"}),
+    ],
+)
 def test_label_selectors_on_list(kube, kube_api, selector, names):
     kube_api.create(NS)
-    for name, labels in {"web-1": {"tier": "web", "zone": "a"}, "web-2": {"tier": "web"}, "db": {"tier": "db"}, "bare": {}}.items():
+    for name, labels in {
+        "web-1": {"tier": "web", "zone": "a"},
+        "web-2": {"tier": "web"},
+        "db": {"tier": "db"},
+        "bare": {},
+    }.items():
         kube_api.create(config_map(name, **labels))
     items, version = kube_api.list("v1", "ConfigMap", namespace="team", labels=selector)
     assert {item["metadata"]["name"] for item in items} == names
@@ -114,8 +151,12 @@ def test_watch_streams_later_events_with_selectors_and_410_after_compaction(kube
     kube_api.create(config_map("after", app="x"))
     kube_api.patch("v1", "ConfigMap", "team", "after", {"data": {"k": "w"}})
     kube_api.delete("v1", "ConfigMap", "team", "before")
-    events = [(kind, obj["metadata"]["name"]) for kind, obj in
-              kube_api.watch("v1", "ConfigMap", namespace="team", labels="app=x", resource_version=version, timeout_seconds=1)]
+    events = [
+        (kind, obj["metadata"]["name"])
+        for kind, obj in kube_api.watch(
+            "v1", "ConfigMap", namespace="team", labels="app=x", resource_version=version, timeout_seconds=1
+        )
+    ]
     assert events == [("ADDED", "after"), ("MODIFIED", "after"), ("DELETED", "before")]
 
     kube.compact()
@@ -129,8 +170,11 @@ def test_a_watch_sees_changes_made_while_it_waits(kube, kube_api):
     kube_api.create(NS)
     _, version = kube_api.list("v1", "ConfigMap")
     seen = []
-    thread = threading.Thread(target=lambda: seen.extend(
-        kind for kind, _ in kube_api.watch("v1", "ConfigMap", resource_version=version, timeout_seconds=3)))
+    thread = threading.Thread(
+        target=lambda: seen.extend(
+            kind for kind, _ in kube_api.watch("v1", "ConfigMap", resource_version=version, timeout_seconds=3)
+        )
+    )
     thread.start()
     wait_for(lambda: sum("watch=true" in path for _, path in kube.requests), what="the watch to connect")
     kube_api.create(config_map("late"))
@@ -146,7 +190,9 @@ def test_foreground_delete_waits_for_dependents_then_goes(kube, kube_api):
     kube.operator.run("team", pods[0])
     assert kube_api.delete("batch/v1", "Job", "team", "train", propagation="Foreground")
     terminating = kube_api.get("batch/v1", "Job", "team", "train")
-    assert terminating["metadata"]["deletionTimestamp"] and "foregroundDeletion" in terminating["metadata"]["finalizers"]
+    assert (
+        terminating["metadata"]["deletionTimestamp"] and "foregroundDeletion" in terminating["metadata"]["finalizers"]
+    )
     assert kube_api.get("v1", "Pod", "team", pods[0])["metadata"]["deletionTimestamp"]
     assert kube.operator.terminate_pods() == pods
     assert kube_api.get("v1", "Pod", "team", pods[0]) is None
@@ -206,11 +252,17 @@ def test_a_timeout_that_landed_is_created_once(kube, kube_api):
 
 def test_operator_conditions_and_pod_names(kube, kube_api):
     kube_api.create(NS)
-    pytorch = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-               "metadata": {"name": "p", "namespace": "team", "labels": {"portal/job-id": "j1"}},
-               "spec": {"pytorchReplicaSpecs": {
-                   "Master": {"replicas": 1, "restartPolicy": "Never", "template": batch_job()["spec"]["template"]},
-                   "Worker": {"replicas": 2, "restartPolicy": "Never", "template": batch_job()["spec"]["template"]}}}}
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p", "namespace": "team", "labels": {"portal/job-id": "j1"}},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "Never", "template": batch_job()["spec"]["template"]},
+                "Worker": {"replicas": 2, "restartPolicy": "Never", "template": batch_job()["spec"]["template"]},
+            }
+        },
+    }
     for spec in pytorch["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["name"] = "pytorch"
         spec["template"]["spec"].pop("restartPolicy")
@@ -221,5 +273,8 @@ def test_operator_conditions_and_pod_names(kube, kube_api):
     assert worker["metadata"]["ownerReferences"][0]["kind"] == "PyTorchJob"
     kube.operator.set_condition("PyTorchJob", "team", "p", "Running")
     kube.operator.fail("PyTorchJob", "team", "p")
-    conditions = {c["type"]: c["status"] for c in kube_api.get("kubeflow.org/v1", "PyTorchJob", "team", "p")["status"]["conditions"]}
+    conditions = {
+        c["type"]: c["status"]
+        for c in kube_api.get("kubeflow.org/v1", "PyTorchJob", "team", "p")["status"]["conditions"]
+    }
     assert conditions == {"Created": "True", "Running": "False", "Failed": "True"}

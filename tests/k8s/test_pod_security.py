@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
+from clusters.k8s import ClusterSettings, ManifestError
+from clusters.manifest_validation import manifest_problems
 from images.manifests import BuildSettings, BuildSpec, job_manifest
 from jobs.executors.base import JobSpec, Placement, WorkerPlacement
-from clusters.manifest_validation import manifest_problems
-from clusters.k8s import ClusterSettings, ManifestError
 from jobs.executors.manifests import job_manifests
-from tensorboards.backends_k8s import KubeBoardSpec, board_manifests, job_run
 from serving.backends.manifests import InferenceTarget, ServingSettings, inference_service
+from tensorboards.backends_k8s import KubeBoardSpec, board_manifests, job_run
 
 CLUSTER = ClusterSettings.from_cluster("k8s", {"run_as_user": 4242, "run_as_group": 4343})
 FRAMEWORKS = [("pytorch", 3), ("jax", 2), ("tensorflow", 2), ("mpi", 2), ("python", 1)]
@@ -22,15 +22,26 @@ WRITABLE_ROOT = {"tensorboard"}
 
 
 def job(framework: str, workers: int) -> JobSpec:
-    return JobSpec(job_id=f"42-{framework}", name="digits", department="vision", code_url="https://git.example.com/r.git",
-                   code_ref="main", command="python train.py", framework=framework, image="pytorch/pytorch:2.4.0",
-                   workers=workers, gpus_per_worker=1, job_key="42")
+    return JobSpec(
+        job_id=f"42-{framework}",
+        name="digits",
+        department="vision",
+        code_url="https://git.example.com/r.git",
+        code_ref="main",
+        command="python train.py",
+        framework=framework,
+        image="pytorch/pytorch:2.4.0",
+        workers=workers,
+        gpus_per_worker=1,
+        job_key="42",
+    )
 
 
 def job_pods(framework: str, workers: int) -> list[dict]:
     spec = job(framework, workers)
-    (manifest,) = job_manifests(spec, Placement(tuple(WorkerPlacement(i, "n") for i in range(workers))), CLUSTER,
-                                gpu_type="V100")
+    (manifest,) = job_manifests(
+        spec, Placement(tuple(WorkerPlacement(i, "n") for i in range(workers))), CLUSTER, gpu_type="V100"
+    )
     assert manifest_problems(manifest) == []
     if manifest["kind"] == "Job":
         return [manifest["spec"]["template"]["spec"]]
@@ -46,10 +57,17 @@ def board_pod() -> dict:
 
 def model_server_pod() -> dict:
     """The predictor as KServe turns it into a pod: its fields, with the model as container kserve-container."""
-    settings = ServingSettings.from_settings("k8s", {"artifact_uri_prefix": "pvc://models/", "run_as_user": 4242,
-                                                     "run_as_group": 4343})
-    target = InferenceTarget(server_id=7, deployment="churn", variant="blue", department="vision",
-                             namespace="portal-vision", artifact_uri="store://churn/3/model.joblib")
+    settings = ServingSettings.from_settings(
+        "k8s", {"artifact_uri_prefix": "pvc://models/", "run_as_user": 4242, "run_as_group": 4343}
+    )
+    target = InferenceTarget(
+        server_id=7,
+        deployment="churn",
+        variant="blue",
+        department="vision",
+        namespace="portal-vision",
+        artifact_uri="store://churn/3/model.joblib",
+    )
     manifest = inference_service(target, settings)
     assert manifest_problems(manifest) == []
     predictor = dict(manifest["spec"]["predictor"])
@@ -65,8 +83,13 @@ def every_pod() -> list[tuple[str, dict]]:
 @pytest.mark.parametrize(("what", "pod"), every_pod(), ids=lambda value: value if isinstance(value, str) else "")
 def test_every_pod_the_portal_renders_runs_unprivileged_as_the_clusters_user(what, pod):
     assert pod["automountServiceAccountToken"] is False
-    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 4242, "runAsGroup": 4343, "fsGroup": 4343,
-                                      "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 4242,
+        "runAsGroup": 4343,
+        "fsGroup": 4343,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     containers = pod.get("initContainers", []) + pod["containers"]
     assert containers
     volumes = {volume["name"]: volume for volume in pod.get("volumes", [])}
@@ -91,22 +114,30 @@ def test_a_model_server_keeps_its_user_on_the_container_for_knative():
 
 def test_a_kaniko_build_gets_what_kaniko_allows():
     build = BuildSettings.from_settings("k8s", {"build_registry": "registry.example.com/portal"})
-    manifest = job_manifest(BuildSpec(build_id=7, name="img", department="vision", tag="t", dockerfile="FROM x\n"),
-                            build, CLUSTER)
+    manifest = job_manifest(
+        BuildSpec(build_id=7, name="img", department="vision", tag="t", dockerfile="FROM x\n"), build, CLUSTER
+    )
     assert manifest_problems(manifest) == []
     pod = manifest["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
-    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}  # root: Kaniko unpacks images as root
+    assert pod["securityContext"] == {
+        "seccompProfile": {"type": "RuntimeDefault"}
+    }  # root: Kaniko unpacks images as root
     (kaniko,) = pod["containers"]
     context = kaniko["securityContext"]
     assert context["allowPrivilegeEscalation"] is False and context["capabilities"]["drop"] == ["ALL"]
-    assert not {"SYS_ADMIN", "NET_ADMIN", "NET_RAW", "SYS_PTRACE", "MKNOD", "SYS_CHROOT"} & set(context["capabilities"]["add"])
+    assert not {"SYS_ADMIN", "NET_ADMIN", "NET_RAW", "SYS_PTRACE", "MKNOD", "SYS_CHROOT"} & set(
+        context["capabilities"]["add"]
+    )
 
 
-@pytest.mark.parametrize(("values", "message"), [
-    ({"run_as_user": 0}, "run_as_user must be a uid/gid from 1"),
-    ({"run_as_group": -1}, "run_as_group must be a uid/gid from 1"),
-])
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"run_as_user": 0}, "run_as_user must be a uid/gid from 1"),
+        ({"run_as_group": -1}, "run_as_group must be a uid/gid from 1"),
+    ],
+)
 def test_a_cluster_cannot_make_pods_run_as_root(values, message):
     with pytest.raises(ManifestError, match=message):
         ClusterSettings.from_cluster("k8s", values)
@@ -120,8 +151,9 @@ def test_the_fake_api_server_accepts_every_contained_pod(kube, kube_api):
     kube_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "portal-vision"}})
     for framework, workers in FRAMEWORKS:
         spec = job(framework, workers)
-        for manifest in job_manifests(spec, Placement(tuple(WorkerPlacement(i, "n") for i in range(workers))), CLUSTER,
-                                      gpu_type="V100"):
+        for manifest in job_manifests(
+            spec, Placement(tuple(WorkerPlacement(i, "n") for i in range(workers))), CLUSTER, gpu_type="V100"
+        ):
             assert kube_api.create(manifest)[1]
     spec = KubeBoardSpec(board_id=5, path_prefix="/tensorboard/5", department="vision", runs=(job_run("digits", "42"),))
     for manifest in board_manifests(spec, CLUSTER):

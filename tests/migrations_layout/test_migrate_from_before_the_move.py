@@ -68,8 +68,15 @@ print(json.dumps({
 
 
 def _manage(env: dict, *args: str, stdin: str | None = None) -> str:
-    result = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, input=stdin, text=True,
-                            capture_output=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
@@ -109,9 +116,24 @@ def test_a_database_from_before_the_move_migrates_with_every_row_kept(database_b
     found = json.loads(_manage(env, "shell", "--no-imports", "-c", CHECK).strip().splitlines()[-1])
 
     assert found["counts"] == {
-        "Department": 3, "Membership": 4, "ApiToken": 2, "AuditEvent": 1, "Cluster": 2, "GpuPool": 3, "Storage": 3,
-        "FrameworkImage": 3, "ImageBuild": 1, "Quota": 6, "Job": 1, "TensorBoard": 1, "ModelVersion": 1,
-        "Deployment": 1, "Variant": 1, "ModelServer": 1, "VariantStats": 1, "Webhook": 1,
+        "Department": 3,
+        "Membership": 4,
+        "ApiToken": 2,
+        "AuditEvent": 1,
+        "Cluster": 2,
+        "GpuPool": 3,
+        "Storage": 3,
+        "FrameworkImage": 3,
+        "ImageBuild": 1,
+        "Quota": 6,
+        "Job": 1,
+        "TensorBoard": 1,
+        "ModelVersion": 1,
+        "Deployment": 1,
+        "Variant": 1,
+        "ModelServer": 1,
+        "VariantStats": 1,
+        "Webhook": 1,
     }  # the seed's rows (plus the department and membership the check itself adds)
     assert found["job"] == ["vision", "local", True, True, "alice"]
     assert found["placement"] == ["binpack"]  # what every pool did before the field existed

@@ -19,7 +19,12 @@ from models_registry import artifacts
 from models_registry import tasks as registry_tasks
 from models_registry.models import ModelVersion
 from tests.models_registry.test_registry import (
-    copy_pending_artifacts, create_model, register, registered, run_dir, succeeded_job,
+    copy_pending_artifacts,
+    create_model,
+    register,
+    registered,
+    run_dir,
+    succeeded_job,
 )
 
 SECRET = b"the department next door's weights"
@@ -75,9 +80,14 @@ def assert_failed(version: dict, message: str, settings) -> None:
 
 # --- The happy path -----------------------------------------------------------------------------
 
+
 def test_a_nested_folder_of_regular_files_is_copied_whole_and_the_version_becomes_ready(registry, settings):
-    files = {"model/weights.bin": os.urandom(3000), "model/config.json": b"{}",
-             "model/tokenizer/vocab/en.txt": b"a\nb\n", "model/tokenizer/merges.txt": b""}
+    files = {
+        "model/weights.bin": os.urandom(3000),
+        "model/config.json": b"{}",
+        "model/tokenizer/vocab/en.txt": b"a\nb\n",
+        "model/tokenizer/merges.txt": b"",
+    }
     job, _output = output_of(registry, settings, files)
 
     answer = registering(registry, job, "model")
@@ -92,11 +102,14 @@ def test_a_nested_folder_of_regular_files_is_copied_whole_and_the_version_become
 
 
 def test_registration_sends_the_copy_task_once_committed_and_the_task_makes_the_version_ready(
-        registry, settings, monkeypatch, django_capture_on_commit_callbacks):
+    registry, settings, monkeypatch, django_capture_on_commit_callbacks
+):
     job, _output = output_of(registry, settings)
     sent = []
     # The broker is what leaves the process: record what would be sent to the worker.
-    monkeypatch.setattr(celery_app, "send_task", lambda name, args=None, kwargs=None, **options: sent.append((name, list(args or ()))))
+    monkeypatch.setattr(
+        celery_app, "send_task", lambda name, args=None, kwargs=None, **options: sent.append((name, list(args or ())))
+    )
 
     with django_capture_on_commit_callbacks(execute=True):
         registering(registry, job, "model.joblib")
@@ -109,6 +122,7 @@ def test_registration_sends_the_copy_task_once_committed_and_the_task_makes_the_
 
 
 # --- What the copy refuses ----------------------------------------------------------------------
+
 
 def test_a_symlink_to_a_file_outside_never_reaches_the_store(registry, settings, secret):
     job, output = output_of(registry, settings, {"model/weights.bin": b"w", "model.joblib": b"m"})
@@ -189,11 +203,14 @@ def _refusal(base: Path, relative: str, **seam) -> str:
     return "copied"
 
 
-@pytest.mark.parametrize("swap, message", [
-    ("symlink", "'model/b.bin' is a symbolic link"),
-    ("hardlink", "'model/b.bin' is a hard link (2 names for one file)"),
-    ("fifo", "'model/b.bin' is a named pipe (FIFO)"),
-])
+@pytest.mark.parametrize(
+    "swap, message",
+    [
+        ("symlink", "'model/b.bin' is a symbolic link"),
+        ("hardlink", "'model/b.bin' is a hard link (2 names for one file)"),
+        ("fifo", "'model/b.bin' is a named pipe (FIFO)"),
+    ],
+)
 def test_a_file_swapped_between_the_walk_and_the_open_is_refused(settings, tmp_path, secret, swap, message):
     settings.PORTAL_ARTIFACT_ROOT = tmp_path / "artifacts"
     output = tmp_path / "output"
@@ -207,8 +224,11 @@ def test_a_file_swapped_between_the_walk_and_the_open_is_refused(settings, tmp_p
             return
         target = output / "model" / "b.bin"
         target.unlink()
-        {"symlink": lambda: target.symlink_to(secret), "hardlink": lambda: os.link(secret, target),
-         "fifo": lambda: os.mkfifo(target)}[swap]()
+        {
+            "symlink": lambda: target.symlink_to(secret),
+            "hardlink": lambda: os.link(secret, target),
+            "fifo": lambda: os.mkfifo(target),
+        }[swap]()
 
     assert message in _refusal(output, "model", before_open=replace)
     assert not any((tmp_path / "artifacts" / ".staging").iterdir())
@@ -216,18 +236,23 @@ def test_a_file_swapped_between_the_walk_and_the_open_is_refused(settings, tmp_p
 
 def test_an_artifact_over_the_size_limit_fails_with_its_size_and_the_limit(registry, settings):
     settings.PORTAL_ARTIFACT_MAX_BYTES = 1000
-    job, _output = output_of(registry, settings, {"model/a.bin": b"x" * 600, "model/b.bin": b"y" * 600,
-                                                   "small.bin": b"z" * 1000})
+    job, _output = output_of(
+        registry, settings, {"model/a.bin": b"x" * 600, "model/b.bin": b"y" * 600, "small.bin": b"z" * 1000}
+    )
 
     registering(registry, job, "model")
     registering(registry, job, "small.bin")
 
-    assert_failed(after_copy(registry, 1), "the artifact is larger than the limit: at least 1200 bytes (0.00 GiB), "
-                                           "and the limit is 1000 bytes", settings)
+    assert_failed(
+        after_copy(registry, 1),
+        "the artifact is larger than the limit: at least 1200 bytes (0.00 GiB), and the limit is 1000 bytes",
+        settings,
+    )
     assert after_copy(registry, 2)["status"] == "ready"  # exactly at the limit is allowed
 
 
 # --- Nothing uses a version before it is ready -------------------------------------------------
+
 
 def test_a_version_that_is_not_ready_gets_no_alias_deployment_or_copy(registry, settings, client):
     job, output = output_of(registry, settings)
@@ -237,11 +262,20 @@ def test_a_version_that_is_not_ready_gets_no_alias_deployment_or_copy(registry, 
 
     refused = {
         "alias": api.patch("/api/v1/models/digits/versions/1/", {"aliases": ["champion"]}, format="json"),
-        "deployment": api.post("/api/v1/deployments/", {
-            "name": "digits-live", "department": "vision", "model": "digits", "strategy": "ab",
-            "variants": [{"name": "a", "version": 1, "weight": 100}]}, format="json"),
-        "copy": api.post("/api/v1/models/digits/versions/", {"artifact_uri": "store://digits/1/model.joblib"},
-                         format="json"),
+        "deployment": api.post(
+            "/api/v1/deployments/",
+            {
+                "name": "digits-live",
+                "department": "vision",
+                "model": "digits",
+                "strategy": "ab",
+                "variants": [{"name": "a", "version": 1, "weight": 100}],
+            },
+            format="json",
+        ),
+        "copy": api.post(
+            "/api/v1/models/digits/versions/", {"artifact_uri": "store://digits/1/model.joblib"}, format="json"
+        ),
     }
     for what, response in refused.items():
         assert response.status_code == 409, what

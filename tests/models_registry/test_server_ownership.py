@@ -25,15 +25,25 @@ from tests.models_registry.test_serving import INSTANCES, create, poll, portal, 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PWNED = b'{"predictions":["pwned"],"name":"iris","ready":true}'
-SOLO = {"name": "solo", "department": "vision", "model": "iris", "variants": [{"name": "a", "version": 1, "weight": 100}]}
+SOLO = {
+    "name": "solo",
+    "department": "vision",
+    "model": "iris",
+    "variants": [{"name": "a", "version": 1, "weight": 100}],
+}
 
 
 def predict(portal):
     """alice's prediction through the router; its connections to model servers end with the call's event loop."""
+
     async def go():
         try:
-            return await AsyncClient().post("/serve/solo/predict", json.dumps({"instances": INSTANCES}),
-                                            content_type="application/json", headers={"Authorization": portal.token})
+            return await AsyncClient().post(
+                "/serve/solo/predict",
+                json.dumps({"instances": INSTANCES}),
+                content_type="application/json",
+                headers={"Authorization": portal.token},
+            )
         finally:
             clients_close()
 
@@ -87,6 +97,7 @@ def test_a_server_whose_port_is_taken_before_it_comes_up_is_never_made_ready_the
         now = ModelServer.objects.get()
         assert not (now.status == "ready" and now.url == starting.url), "made ready on the impostor's port"
         return now.status == "ready"
+
     poll(ready_elsewhere, what="a server of our own", reconcile=True)
     answer = poll(lambda: (r := predict(portal)).status_code == 200 and r, what="the router to use it")
     assert answer.json()["predictions"] == [1, 0]

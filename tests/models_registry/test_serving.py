@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from clusters import local_procs
-from serving import servers
-from serving.models import Deployment, ModelServer, Variant
-from models_registry.models import ModelVersion, RegisteredModel
-from serving.backends.local import LocalServingBackend, ServerSpec
 from accounts.models import AuditEvent, Department
+from clusters import local_procs
+from models_registry.models import ModelVersion, RegisteredModel
+from serving import servers
+from serving.backends.local import LocalServingBackend, ServerSpec
+from serving.models import Deployment, ModelServer, Variant
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTANCES = [[0.9, 0.1], [0.1, 0.9]]
@@ -46,7 +46,9 @@ def poll(attempt, *, what: str, timeout: float = 30, reconcile: bool = False):
         time.sleep(0.05)
 
 
-def register(name: str, version: int, *, department: str = "vision", flip: bool = False, tags: dict | None = None) -> ModelVersion:
+def register(
+    name: str, version: int, *, department: str = "vision", flip: bool = False, tags: dict | None = None
+) -> ModelVersion:
     """A version of a two-feature classifier (class 1 when the first feature is larger; ``flip``: the opposite)."""
     from django.conf import settings
 
@@ -56,15 +58,21 @@ def register(name: str, version: int, *, department: str = "vision", flip: bool 
     folder = Path(settings.PORTAL_ARTIFACT_ROOT) / name / str(version)
     folder.mkdir(parents=True, exist_ok=True)
     joblib.dump(LogisticRegression().fit(x, 1 - y if flip else y), folder / "model.joblib")
-    model, _ = RegisteredModel.objects.get_or_create(name=name, defaults={"department": Department.objects.get(slug=department)})
-    return ModelVersion.objects.create(model=model, version=version, artifact_uri=f"store://{name}/{version}/model.joblib",
-                                       tags=tags or {})
+    model, _ = RegisteredModel.objects.get_or_create(
+        name=name, defaults={"department": Department.objects.get(slug=department)}
+    )
+    return ModelVersion.objects.create(
+        model=model, version=version, artifact_uri=f"store://{name}/{version}/model.joblib", tags=tags or {}
+    )
 
 
 def all_ready(name: str) -> bool:
     servers = ModelServer.objects.filter(variant__deployment__name=name)
-    return servers.exists() and all(s.status == ModelServer.Status.READY for s in servers) and \
-        servers.count() == Variant.objects.filter(deployment__name=name).count()
+    return (
+        servers.exists()
+        and all(s.status == ModelServer.Status.READY for s in servers)
+        and servers.count() == Variant.objects.filter(deployment__name=name).count()
+    )
 
 
 def create(portal, body: dict, *, user=None, ready: bool = True) -> dict:
@@ -76,13 +84,26 @@ def create(portal, body: dict, *, user=None, ready: bool = True) -> dict:
 
 
 def ab(name: str, model: str = "iris", *, weights=(50, 50), sticky: bool = True) -> dict:
-    return {"name": name, "department": "vision", "model": model, "strategy": "ab", "sticky": sticky,
-            "variants": [{"name": "a", "version": 1, "weight": weights[0]}, {"name": "b", "version": 2, "weight": weights[1]}]}
+    return {
+        "name": name,
+        "department": "vision",
+        "model": model,
+        "strategy": "ab",
+        "sticky": sticky,
+        "variants": [
+            {"name": "a", "version": 1, "weight": weights[0]},
+            {"name": "b", "version": 2, "weight": weights[1]},
+        ],
+    }
 
 
 def predict_direct(url: str, model: str, instances=INSTANCES) -> tuple[int, dict]:
-    request = urllib.request.Request(f"{url}/v1/models/{model}:predict", data=json.dumps({"instances": instances}).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+        f"{url}/v1/models/{model}:predict",
+        data=json.dumps({"instances": instances}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, json.loads(response.read())
@@ -100,17 +121,23 @@ def portal(world, settings, tmp_path):
     pids = [(s.pid, s.handle) for s in ModelServer.objects.exclude(pid=None)]
     servers.servers_stop()
     for pid, handle in pids:
-        poll(lambda pid=pid, handle=handle: not local_procs.alive(pid, int(handle) if handle else None),
-             what=f"model server {pid} to end", timeout=15)
+        poll(
+            lambda pid=pid, handle=handle: not local_procs.alive(pid, int(handle) if handle else None),
+            what=f"model server {pid} to end",
+            timeout=15,
+        )
 
 
 # --- The model server on its own ----------------------------------------------------------------------
+
 
 def test_it_speaks_kserve_v1_and_loads_only_from_the_store(portal, settings, tmp_path):
     register("iris", 1)
     backend = LocalServingBackend(tmp_path / "servers")
     store = Path(settings.PORTAL_ARTIFACT_ROOT)
-    process = backend.start(ServerSpec(server_id=1, model_name="iris", artifact=store / "iris/1/model.joblib", store_root=store))
+    process = backend.start(
+        ServerSpec(server_id=1, model_name="iris", artifact=store / "iris/1/model.joblib", store_root=store)
+    )
     try:
         poll(lambda: backend.ready(process), what="the server to be ready")
         with urllib.request.urlopen(f"{process.url}/v1/models/iris", timeout=5) as response:
@@ -129,13 +156,30 @@ def test_it_speaks_kserve_v1_and_loads_only_from_the_store(portal, settings, tmp
     outside.write_bytes((store / "iris/1/model.joblib").read_bytes())
     for artifact in (outside, store / ".." / "elsewhere" / "model.joblib"):
         result = subprocess.run(
-            [sys.executable, "-m", "serving.backends.server", "--model-name", "iris", "--artifact", str(artifact),
-             "--port", "1", "--store", str(store)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+            [
+                sys.executable,
+                "-m",
+                "serving.backends.server",
+                "--model-name",
+                "iris",
+                "--artifact",
+                str(artifact),
+                "--port",
+                "1",
+                "--store",
+                str(store),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 2
         assert "outside the portal's artifact store" in result.stderr
 
 
 # --- Deployments and their servers --------------------------------------------------------------------
+
 
 def test_a_deployment_gets_one_ready_server_per_variant(portal):
     register("iris", 1), register("iris", 2, flip=True)
@@ -151,12 +195,23 @@ def test_a_deployment_gets_one_ready_server_per_variant(portal):
 
 def test_a_crashed_server_is_restarted(portal):
     register("iris", 1)
-    create(portal, {"name": "solo", "department": "vision", "model": "iris", "variants": [{"name": "a", "version": 1, "weight": 100}]})
+    create(
+        portal,
+        {
+            "name": "solo",
+            "department": "vision",
+            "model": "iris",
+            "variants": [{"name": "a", "version": 1, "weight": 100}],
+        },
+    )
     server = ModelServer.objects.get()
     os.kill(server.pid, signal.SIGKILL)
     poll(lambda: not local_procs.alive(server.pid, int(server.handle)), what="the server to die")
-    restarted = poll(lambda: ModelServer.objects.filter(status="ready", restarts=1).exclude(pid=server.pid).first(),
-                     what="the server to be restarted", reconcile=True)
+    restarted = poll(
+        lambda: ModelServer.objects.filter(status="ready", restarts=1).exclude(pid=server.pid).first(),
+        what="the server to be restarted",
+        reconcile=True,
+    )
     assert predict_direct(restarted.url, "iris") == (200, {"predictions": [1, 0]})
     assert servers.backoff_seconds(0) == 0 and servers.backoff_seconds(3) == 4
     assert servers.backoff_seconds(50) == servers.MAX_BACKOFF_SECONDS
@@ -166,8 +221,9 @@ def test_removing_a_variant_stops_its_server(portal):
     register("iris", 1), register("iris", 2)
     create(portal, ab("iris-ab"))
     b = ModelServer.objects.get(variant__name="b")
-    response = portal.api(portal.alice).patch("/api/v1/deployments/iris-ab/", {
-        "variants": [{"name": "a", "version": 1, "weight": 100}]}, format="json")
+    response = portal.api(portal.alice).patch(
+        "/api/v1/deployments/iris-ab/", {"variants": [{"name": "a", "version": 1, "weight": 100}]}, format="json"
+    )
     assert response.status_code == 200, response.json()
     assert response.json()["revision"] == 2
     assert [v["name"] for v in response.json()["variants"]] == ["a"]
@@ -177,12 +233,19 @@ def test_removing_a_variant_stops_its_server(portal):
 def test_changes_are_validated_and_every_problem_named(portal):
     register("iris", 1), register("iris", 2)
     client = portal.api(portal.alice)
-    response = client.post("/api/v1/deployments/", {**ab("bad"), "variants": [
-        {"name": "a", "version": 1, "weight": 70}, {"name": "a", "version": 2, "weight": 70}]}, format="json")
+    response = client.post(
+        "/api/v1/deployments/",
+        {
+            **ab("bad"),
+            "variants": [{"name": "a", "version": 1, "weight": 70}, {"name": "a", "version": 2, "weight": 70}],
+        },
+        format="json",
+    )
     assert response.status_code == 400
     assert "used twice" in " ".join(response.json()["name"]) and "sum to 100" in " ".join(response.json()["weight"])
-    response = client.post("/api/v1/deployments/", {**ab("bad"), "variants": [{"name": "a", "version": 9, "weight": 100}]},
-                           format="json")
+    response = client.post(
+        "/api/v1/deployments/", {**ab("bad"), "variants": [{"name": "a", "version": 9, "weight": 100}]}, format="json"
+    )
     assert response.status_code == 400 and "no version 9" in response.json()["variants"][0]
     response = client.post("/api/v1/deployments/", {**ab("bad"), "department": "nlp"}, format="json")
     assert response.status_code == 400 and "department" in response.json()
@@ -194,7 +257,10 @@ def test_promote_and_rollback_move_all_weights_at_once_with_a_revision_each(port
     create(portal, ab("iris-ab", weights=(80, 20)), ready=False)
     client = portal.api(portal.alice)
     promoted = client.post("/api/v1/deployments/iris-ab/promote/", {"variant": "b"}, format="json").json()
-    assert (promoted["revision"], [(v["name"], v["weight"]) for v in promoted["variants"]]) == (2, [("a", 0), ("b", 100)])
+    assert (promoted["revision"], [(v["name"], v["weight"]) for v in promoted["variants"]]) == (
+        2,
+        [("a", 0), ("b", 100)],
+    )
     assert client.post("/api/v1/deployments/iris-ab/promote/", {"variant": "zz"}, format="json").status_code == 400
     back = client.post("/api/v1/deployments/iris-ab/rollback/").json()
     assert (back["revision"], back["status"]) == (3, "rolled_back")
@@ -206,13 +272,24 @@ def test_promote_and_rollback_move_all_weights_at_once_with_a_revision_each(port
 
 def test_outsiders_cannot_read_or_change_a_deployment_and_anonymous_gets_401(portal):
     register("iris", 1)
-    create(portal, {"name": "solo", "department": "vision", "model": "iris",
-                    "variants": [{"name": "a", "version": 1, "weight": 100}]}, ready=False)
+    create(
+        portal,
+        {
+            "name": "solo",
+            "department": "vision",
+            "model": "iris",
+            "variants": [{"name": "a", "version": 1, "weight": 100}],
+        },
+        ready=False,
+    )
     bob, anonymous = portal.api(portal.bob), portal.api()
-    for method, url, body in [("get", "/api/v1/deployments/solo/", None), ("patch", "/api/v1/deployments/solo/", {"sticky": False}),
-                              ("post", "/api/v1/deployments/solo/promote/", {"variant": "a"}),
-                              ("post", "/api/v1/deployments/solo/rollback/", None),
-                              ("get", "/api/v1/deployments/solo/metrics/", None)]:
+    for method, url, body in [
+        ("get", "/api/v1/deployments/solo/", None),
+        ("patch", "/api/v1/deployments/solo/", {"sticky": False}),
+        ("post", "/api/v1/deployments/solo/promote/", {"variant": "a"}),
+        ("post", "/api/v1/deployments/solo/rollback/", None),
+        ("get", "/api/v1/deployments/solo/metrics/", None),
+    ]:
         assert getattr(bob, method)(url, body, format="json").status_code == 404, url
         assert getattr(anonymous, method)(url, body, format="json").status_code == 401, url
     assert bob.get("/api/v1/deployments/").json()["count"] == 0
@@ -244,8 +321,16 @@ def test_the_router_wants_a_token_or_a_session_with_its_csrf_token(portal):
     from django.test import Client
 
     register("iris", 1)
-    create(portal, {"name": "solo", "department": "vision", "model": "iris",
-                    "variants": [{"name": "a", "version": 1, "weight": 100}]}, ready=False)
+    create(
+        portal,
+        {
+            "name": "solo",
+            "department": "vision",
+            "model": "iris",
+            "variants": [{"name": "a", "version": 1, "weight": 100}],
+        },
+        ready=False,
+    )
     body = json.dumps({"instances": INSTANCES})
     anonymous = Client().post("/serve/solo/predict", body, content_type="application/json")
     assert (anonymous.status_code, anonymous.headers["WWW-Authenticate"]) == (401, "Token")

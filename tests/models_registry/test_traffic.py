@@ -10,7 +10,28 @@ from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
 from serving import traffic
-from serving.traffic import ADVANCE, COMPLETE, HOLD, LATENCY_BUCKETS_MS, ROLLBACK, CanaryPlan, Guardrails, Outcomes, RollingPlan, RolloutState, Stats, VariantWeight, agree, canary_next, canary_start, choose, compare, rolling_next, rolling_start, validate_variants
+from serving.traffic import (
+    ADVANCE,
+    COMPLETE,
+    HOLD,
+    LATENCY_BUCKETS_MS,
+    ROLLBACK,
+    CanaryPlan,
+    Guardrails,
+    Outcomes,
+    RollingPlan,
+    RolloutState,
+    Stats,
+    VariantWeight,
+    agree,
+    canary_next,
+    canary_start,
+    choose,
+    compare,
+    rolling_next,
+    rolling_start,
+    validate_variants,
+)
 
 KEYS = [f"user-{i}" for i in range(2000)]
 
@@ -21,33 +42,58 @@ def assignment(variants, keys=KEYS):
 
 # --- variant choice -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("variants", [
-    [("a", 50, False), ("b", 50, False)],
-    [("a", 100, False), ("b", 0, False), ("mirror", 0, True)],
-    [{"name": "champion", "version": 1, "weight": 90}, {"name": "challenger", "version": 2, "weight": 10}],
-    [VariantWeight(f"v{i}", 10) for i in range(10)],
-])
+
+@pytest.mark.parametrize(
+    "variants",
+    [
+        [("a", 50, False), ("b", 50, False)],
+        [("a", 100, False), ("b", 0, False), ("mirror", 0, True)],
+        [{"name": "champion", "version": 1, "weight": 90}, {"name": "challenger", "version": 2, "weight": 10}],
+        [VariantWeight(f"v{i}", 10) for i in range(10)],
+    ],
+)
 def test_it_accepts_valid_variants(variants):
     assert validate_variants(variants) == {}
 
 
-@pytest.mark.parametrize("variants,errors", [
-    ([], {"variants": ["A deployment needs at least one variant."]}),
-    ([("a", 60, False), ("a", 40, False)], {"name": ["Variant name 'a' is used twice."]}),
-    ([("a b", 100, False)], {"name": ["Variant name 'a b' must be 1 to 40 letters, digits, '-' or '_'."]}),
-    ([("a", 150, False), ("b", -50, False)], {"weight": [
-        "Variant 'a': weight must be an integer percent from 0 to 100, not 150.",
-        "Variant 'b': weight must be an integer percent from 0 to 100, not -50."]}),
-    ([{"name": "a", "weight": "100"}], {"weight": [
-        "Variant 'a': weight must be an integer percent from 0 to 100, not '100'."]}),
-    ([{"name": "a", "weight": 99.5}], {"weight": [
-        "Variant 'a': weight must be an integer percent from 0 to 100, not 99.5."]}),
-    ([("a", 60, False), ("b", 30, False)], {"weight": ["The weights of the variants that answer must sum to 100, not 90."]}),
-    ([("a", 100, False), ("s", 10, True)], {"weight": ["Variant 's' is a shadow: its weight must be 0, not 10."]}),
-    ([("s", 0, True)], {"variants": ["At least one variant must not be a shadow: shadows only get copies of requests."]}),
-    ([(f"v{i}", 100 if i == 0 else 0, False) for i in range(11)], {"variants": [
-        "A deployment has at most 10 variants, not 11."]}),
-])
+@pytest.mark.parametrize(
+    "variants,errors",
+    [
+        ([], {"variants": ["A deployment needs at least one variant."]}),
+        ([("a", 60, False), ("a", 40, False)], {"name": ["Variant name 'a' is used twice."]}),
+        ([("a b", 100, False)], {"name": ["Variant name 'a b' must be 1 to 40 letters, digits, '-' or '_'."]}),
+        (
+            [("a", 150, False), ("b", -50, False)],
+            {
+                "weight": [
+                    "Variant 'a': weight must be an integer percent from 0 to 100, not 150.",
+                    "Variant 'b': weight must be an integer percent from 0 to 100, not -50.",
+                ]
+            },
+        ),
+        (
+            [{"name": "a", "weight": "100"}],
+            {"weight": ["Variant 'a': weight must be an integer percent from 0 to 100, not '100'."]},
+        ),
+        (
+            [{"name": "a", "weight": 99.5}],
+            {"weight": ["Variant 'a': weight must be an integer percent from 0 to 100, not 99.5."]},
+        ),
+        (
+            [("a", 60, False), ("b", 30, False)],
+            {"weight": ["The weights of the variants that answer must sum to 100, not 90."]},
+        ),
+        ([("a", 100, False), ("s", 10, True)], {"weight": ["Variant 's' is a shadow: its weight must be 0, not 10."]}),
+        (
+            [("s", 0, True)],
+            {"variants": ["At least one variant must not be a shadow: shadows only get copies of requests."]},
+        ),
+        (
+            [(f"v{i}", 100 if i == 0 else 0, False) for i in range(11)],
+            {"variants": ["A deployment has at most 10 variants, not 11."]},
+        ),
+    ],
+)
 def test_it_explains_invalid_variants(variants, errors):
     assert validate_variants(variants) == errors
 
@@ -87,8 +133,12 @@ def test_it_mirrors_to_every_shadow_and_never_lets_one_answer():
         assert choose(variants, routing_key=key, rng=random.Random(0)) == traffic.Choice("primary", ("a", "b"))
 
 
-weights_of_three = st.tuples(st.integers(0, 100), st.integers(0, 100)).filter(lambda w: sum(w) <= 100).map(
-    lambda w: (w[0], w[1], 100 - sum(w))).filter(any)
+weights_of_three = (
+    st.tuples(st.integers(0, 100), st.integers(0, 100))
+    .filter(lambda w: sum(w) <= 100)
+    .map(lambda w: (w[0], w[1], 100 - sum(w)))
+    .filter(any)
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -117,10 +167,15 @@ def test_raising_a_variants_weight_only_moves_keys_into_it(before, after):
 
 
 @settings(max_examples=60, deadline=None)
-@given(weights=st.lists(st.integers(0, 40), min_size=3, max_size=6), raised=st.integers(0, 5),
-       shift=st.integers(1, 40), from_right=st.booleans())
+@given(
+    weights=st.lists(st.integers(0, 40), min_size=3, max_size=6),
+    raised=st.integers(0, 5),
+    shift=st.integers(1, 40),
+    from_right=st.booleans(),
+)
 def test_taking_weight_from_a_neighbour_in_name_order_only_moves_keys_into_the_raised_variant(
-        weights, raised, shift, from_right):
+    weights, raised, shift, from_right
+):
     assume(sum(weights) <= 100)
     weights[-1] += 100 - sum(weights)
     raised %= len(weights)
@@ -139,6 +194,7 @@ def test_taking_weight_from_a_neighbour_in_name_order_only_moves_keys_into_the_r
 
 # --- latency histograms -------------------------------------------------------------------------------------
 
+
 def histogram(samples):
     counts = []
     for ms in samples:
@@ -152,7 +208,9 @@ def bucket_of(ms):
 
 def bucket_edges(ms):
     index = bucket_of(ms)
-    return (LATENCY_BUCKETS_MS[index - 1] if index else 0.0), LATENCY_BUCKETS_MS[min(index, len(LATENCY_BUCKETS_MS) - 1)]
+    return (LATENCY_BUCKETS_MS[index - 1] if index else 0.0), LATENCY_BUCKETS_MS[
+        min(index, len(LATENCY_BUCKETS_MS) - 1)
+    ]
 
 
 def test_the_buckets_are_log_spaced_from_a_tenth_of_a_millisecond_to_a_minute():
@@ -183,7 +241,9 @@ def test_with_few_samples_a_percentile_lies_in_the_buckets_of_the_samples_around
 def test_a_percentile_is_interpolated_inside_its_bucket():
     samples = np.random.default_rng(7).uniform(10, 1000, size=20_000)  # buckets fully inside the range
     for q in (10, 50, 90):
-        assert traffic.percentile(histogram(samples), q) == pytest.approx(np.percentile(samples, q), rel=0.02)  # buckets: 18 %
+        assert traffic.percentile(histogram(samples), q) == pytest.approx(
+            np.percentile(samples, q), rel=0.02
+        )  # buckets: 18 %
 
 
 def test_merged_histograms_count_as_if_observed_together():
@@ -199,6 +259,7 @@ def test_percentiles_of_nothing_and_of_very_slow_requests():
 
 
 # --- canary and rolling rollouts ----------------------------------------------------------------------------
+
 
 class Traffic:
     """Counters of one variant that grow the way a router would flush them."""
@@ -218,8 +279,12 @@ def roundtrip(state):
     return RolloutState.from_json(json.loads(json.dumps(state.to_json())))
 
 
-PLAN = CanaryPlan(steps=[10, 25, 50, 100], step_seconds=60, min_requests=100,
-                  guardrails=Guardrails(max_error_rate_increase=0.05, max_p95_latency_ratio=1.5))
+PLAN = CanaryPlan(
+    steps=[10, 25, 50, 100],
+    step_seconds=60,
+    min_requests=100,
+    guardrails=Guardrails(max_error_rate_increase=0.05, max_p95_latency_ratio=1.5),
+)
 
 
 def test_a_healthy_canary_advances_through_its_steps_and_completes():
@@ -264,7 +329,9 @@ def test_a_canary_whose_p95_latency_breaches_the_guardrail_rolls_back():
     action = canary_next(PLAN, state, baseline, canary.serve(200, ms=400), 5)
     assert action.kind == ROLLBACK
     assert action.reason.startswith("canary p95 latency ") and action.reason.endswith("(allowed x1.5)")
-    canary_p95, baseline_p95 = (float(part.split(" ms")[0]) for part in action.reason.split("latency ")[1].split(" vs baseline "))
+    canary_p95, baseline_p95 = (
+        float(part.split(" ms")[0]) for part in action.reason.split("latency ")[1].split(" vs baseline ")
+    )
     assert canary_p95 == pytest.approx(400, rel=0.2) and baseline_p95 == pytest.approx(100, rel=0.2)
 
 
@@ -288,7 +355,11 @@ def test_a_rolling_upgrade_gates_every_step_on_ready_servers_and_health():
     old, new = Traffic().serve(1000), Traffic()
     state = rolling_start(ROLLING, old_stats=old, new_stats=new, now=0)
     action = rolling_next(ROLLING, state, old, new, ready_servers=1, replicas=2, now=10)
-    assert (action.kind, action.weight, action.reason) == (HOLD, 0, "waiting for the new variant's servers: 1 of 2 ready")
+    assert (action.kind, action.weight, action.reason) == (
+        HOLD,
+        0,
+        "waiting for the new variant's servers: 1 of 2 ready",
+    )
     now, state, applied = 20, roundtrip(action.state), []
     while state.status == "running":
         action = rolling_next(ROLLING, state, old, new, ready_servers=2, replicas=2, now=now)
@@ -302,8 +373,15 @@ def test_a_rolling_upgrade_gates_every_step_on_ready_servers_and_health():
 
 def test_a_rolling_upgrade_holds_while_a_server_restarts_and_rolls_back_past_the_deadline():
     old, new = Traffic(), Traffic()
-    state = rolling_next(ROLLING, rolling_start(ROLLING, old_stats=old, new_stats=new, now=0), old, new,
-                         ready_servers=1, replicas=1, now=0).state
+    state = rolling_next(
+        ROLLING,
+        rolling_start(ROLLING, old_stats=old, new_stats=new, now=0),
+        old,
+        new,
+        ready_servers=1,
+        replicas=1,
+        now=0,
+    ).state
     assert state.weight == 25
     for now in (1000, 1299):
         action = rolling_next(ROLLING, state, old, new, ready_servers=0, replicas=1, now=now)
@@ -316,10 +394,20 @@ def test_a_rolling_upgrade_holds_while_a_server_restarts_and_rolls_back_past_the
 
 def test_a_rolling_upgrade_rolls_back_when_the_new_variant_fails_requests():
     old, new = Traffic(), Traffic()
-    state = rolling_next(ROLLING, rolling_start(ROLLING, old_stats=old, new_stats=new, now=0), old, new,
-                         ready_servers=1, replicas=1, now=0).state
+    state = rolling_next(
+        ROLLING,
+        rolling_start(ROLLING, old_stats=old, new_stats=new, now=0),
+        old,
+        new,
+        ready_servers=1,
+        replicas=1,
+        now=0,
+    ).state
     action = rolling_next(ROLLING, state, old.serve(150), new.serve(50, errors=5), ready_servers=1, replicas=1, now=1)
-    assert (action.kind, action.reason) == (ROLLBACK, "new variant error rate 10.0% vs baseline 0.0% (allowed +5.0 points)")
+    assert (action.kind, action.reason) == (
+        ROLLBACK,
+        "new variant error rate 10.0% vs baseline 0.0% (allowed +5.0 points)",
+    )
 
 
 def test_stats_count_only_what_happened_since_a_mark():
@@ -329,10 +417,18 @@ def test_stats_count_only_what_happened_since_a_mark():
 
 # --- A/B statistics -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("a,b", [
-    ((120, 1000), (150, 1000)), ((10, 100), (25, 120)), ((480, 5000), (560, 5200)), ((3, 40), (9, 41)),
-    ((500, 1000), (500, 1000)), ((0, 50), (4, 60)),
-])
+
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        ((120, 1000), (150, 1000)),
+        ((10, 100), (25, 120)),
+        ((480, 5000), (560, 5200)),
+        ((3, 40), (9, 41)),
+        ((500, 1000), (500, 1000)),
+        ((0, 50), (4, 60)),
+    ],
+)
 def test_the_fixed_horizon_p_value_is_scipys_two_proportion_z_test(a, b):
     comparison = compare(Outcomes(*a), Outcomes(*b))
     (sa, na), (sb, nb) = a, b
@@ -349,7 +445,12 @@ def test_the_fixed_horizon_p_value_is_scipys_two_proportion_z_test(a, b):
 
 def test_no_data_is_no_evidence():
     comparison = compare(Outcomes(0, 0), Outcomes(0, 0))
-    assert (comparison.p_value, comparison.sequential_p_value, comparison.significant, comparison.winner) == (1, 1, False, None)
+    assert (comparison.p_value, comparison.sequential_p_value, comparison.significant, comparison.winner) == (
+        1,
+        1,
+        False,
+        None,
+    )
     with pytest.raises(ValueError, match="0 <= successes <= trials"):
         compare(Outcomes(5, 3), Outcomes(0, 0))
 
@@ -392,7 +493,9 @@ def test_a_real_difference_is_found_and_the_better_variant_named():
     results = peeked_experiments(0.10, 0.15, experiments=20, per_arm=5000, every=500, seed=5)
     assert all(comparison.significant and comparison.winner == "b" for _, _, comparison in results)
     swapped = compare(Outcomes(1500, 10_000, "control"), Outcomes(1000, 10_000, "new"))
-    assert swapped.winner == "control" and swapped.sequential_p_value < 0.05 and swapped.difference == pytest.approx(-0.05)
+    assert (
+        swapped.winner == "control" and swapped.sequential_p_value < 0.05 and swapped.difference == pytest.approx(-0.05)
+    )
 
 
 def test_a_winner_is_named_only_when_the_sequential_test_is_significant():
@@ -403,13 +506,28 @@ def test_a_winner_is_named_only_when_the_sequential_test_is_significant():
 
 # --- shadow agreement ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("primary,shadow,agreed", [
-    (1, 1.0, True), (0.3, 0.1 + 0.2, True), (1.0, 1.001, False), (1e9, 1e9 + 0.5, True),
-    ([1, 2, [0.5, 0.5]], [1, 2, [0.5, 0.5000000001]], True), ([1, 2], [1, 2, 3], False), ([1, 2], [2, 1], False),
-    ("cat", "cat", True), ("cat", "dog", False), ("1", 1, False), (True, 1, False), (None, None, True),
-    ({"label": "cat", "score": 0.9}, {"label": "cat", "score": 0.9}, True), ({"a": 1}, {"b": 1}, False),
-    (float("nan"), float("nan"), True), (float("nan"), 0.0, False),
-])
+
+@pytest.mark.parametrize(
+    "primary,shadow,agreed",
+    [
+        (1, 1.0, True),
+        (0.3, 0.1 + 0.2, True),
+        (1.0, 1.001, False),
+        (1e9, 1e9 + 0.5, True),
+        ([1, 2, [0.5, 0.5]], [1, 2, [0.5, 0.5000000001]], True),
+        ([1, 2], [1, 2, 3], False),
+        ([1, 2], [2, 1], False),
+        ("cat", "cat", True),
+        ("cat", "dog", False),
+        ("1", 1, False),
+        (True, 1, False),
+        (None, None, True),
+        ({"label": "cat", "score": 0.9}, {"label": "cat", "score": 0.9}, True),
+        ({"a": 1}, {"b": 1}, False),
+        (float("nan"), float("nan"), True),
+        (float("nan"), 0.0, False),
+    ],
+)
 def test_a_shadow_agrees_with_the_primary_when_its_answer_matches(primary, shadow, agreed):
     assert agree(primary, shadow) is agreed
 

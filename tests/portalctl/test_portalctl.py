@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 from django.conf import global_settings
 
+from accounts.tokens import token_create
 from jobs import services
 from jobs.models import Job
 from models_registry import services as registry_services
-from serving.models import Deployment
 from models_registry.models import ModelVersion
 from portalctl import output
 from quotas.models import Quota
-from accounts.tokens import token_create
+from serving.models import Deployment
 from tests.jobs.test_job_flow import make_repo
 from tests.processes import Processes, free_port
 
@@ -57,8 +57,9 @@ class Portalctl:
         return [sys.executable, "-m", "portalctl", *map(str, args)]
 
     def __call__(self, *args, stdin: str | None = None, **env) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(args), cwd=ROOT, env=self.env(**env), input=stdin, capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            self.argv(args), cwd=ROOT, env=self.env(**env), input=stdin, capture_output=True, text=True, timeout=60
+        )
 
     def json(self, *args, **env):
         result = self("-o", "json", *args, **env)  # before the command: words after `--` belong to the job
@@ -66,8 +67,9 @@ class Portalctl:
         return json.loads(result.stdout)
 
     def start(self, *args, **env) -> subprocess.Popen:
-        process = subprocess.Popen(self.argv(args), cwd=ROOT, env=self.env(**env), stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            self.argv(args), cwd=ROOT, env=self.env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         self.started.append(process)
         return process
 
@@ -127,32 +129,57 @@ def cli(world, portal, tmp_path):
 
 @pytest.fixture
 def repo(tmp_path):
-    return make_repo(tmp_path / "repo", {
-        "train.py": "import os, sys\nprint('epoch 1 loss 0.5', flush=True)\n"
-                    "open(os.path.join(os.environ['PORTAL_OUTPUT_DIR'], 'model.joblib'), 'wb').write(b'weights')\n"
-                    "print('saved model.joblib', flush=True)\nsys.exit(int(os.environ.get('EXIT_CODE', '0')))\n",
-    })
+    return make_repo(
+        tmp_path / "repo",
+        {
+            "train.py": "import os, sys\nprint('epoch 1 loss 0.5', flush=True)\n"
+            "open(os.path.join(os.environ['PORTAL_OUTPUT_DIR'], 'model.joblib'), 'wb').write(b'weights')\n"
+            "print('saved model.joblib', flush=True)\nsys.exit(int(os.environ.get('EXIT_CODE', '0')))\n",
+        },
+    )
 
 
 def launch_when_submitted(name: str) -> int:
     """Play the worker: launch the job once the portal has admitted it (submitting and admitting are two steps)."""
-    job = wait_for(lambda: Job.objects.filter(name=name, status="admitted").first(), what=f"job {name} to be admitted",
-                   reconcile=False)
+    job = wait_for(
+        lambda: Job.objects.filter(name=name, status="admitted").first(),
+        what=f"job {name} to be admitted",
+        reconcile=False,
+    )
     services.job_launch(job_id=job.pk)
     return job.pk
 
 
 def copy_when_registered(number: int) -> None:
     """Play the worker: copy the version's artifact once the portal has registered it (portalctl waits meanwhile)."""
-    version = wait_for(lambda: ModelVersion.objects.filter(version=number, status="registering").first(),
-                       what=f"version {number} to be registering", reconcile=False)
+    version = wait_for(
+        lambda: ModelVersion.objects.filter(version=number, status="registering").first(),
+        what=f"version {number} to be registering",
+        reconcile=False,
+    )
     registry_services.version_artifact_copy(version_id=version.pk)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_it_drives_a_job_from_submit_to_logs_to_a_deployment(world, cli, repo):
-    following = cli.start("submit", "--name", "digits", "--code-url", repo, "--gpus", "1", "--env", "SEED=1",
-                          "--no-tensorboard", "--follow", "--", "python", "train.py", "--epochs", "2")
+    following = cli.start(
+        "submit",
+        "--name",
+        "digits",
+        "--code-url",
+        repo,
+        "--gpus",
+        "1",
+        "--env",
+        "SEED=1",
+        "--no-tensorboard",
+        "--follow",
+        "--",
+        "python",
+        "train.py",
+        "--epochs",
+        "2",
+    )
     job_id = launch_when_submitted("digits")
     code, out, err = finished(following)
     assert code == 0, err
@@ -160,7 +187,11 @@ def test_it_drives_a_job_from_submit_to_logs_to_a_deployment(world, cli, repo):
     assert f"job {job_id} digits submitted: " in err and f"job {job_id} succeeded (exit code 0)" in err
     job = Job.objects.get(pk=job_id)
     assert (job.department.slug, job.command, job.env, job.tensorboard) == (
-        "vision", "python train.py --epochs 2", {"SEED": "1"}, False)  # alice's only department by default
+        "vision",
+        "python train.py --epochs 2",
+        {"SEED": "1"},
+        False,
+    )  # alice's only department by default
 
     listing = cli("list")
     assert listing.returncode == 0
@@ -202,7 +233,9 @@ def test_it_drives_a_job_from_submit_to_logs_to_a_deployment(world, cli, repo):
 
 @pytest.mark.django_db(transaction=True)
 def test_logs_follow_exits_6_when_the_job_fails_and_0_when_it_has_succeeded(world, cli, repo):
-    submitted = cli.json("submit", "--name", "broken", "--code-url", repo, "--env", "EXIT_CODE=3", "--", "python train.py")
+    submitted = cli.json(
+        "submit", "--name", "broken", "--code-url", repo, "--env", "EXIT_CODE=3", "--", "python train.py"
+    )
     services.job_launch(job_id=submitted["id"])
     code, out, err = finished(cli.start("logs", submitted["id"], "-f"))
     assert code == 6
@@ -215,14 +248,33 @@ def test_logs_follow_exits_6_when_the_job_fails_and_0_when_it_has_succeeded(worl
 def test_a_waiting_job_shows_its_reason_in_the_queue_and_can_be_cancelled_once(world, cli):
     Quota.objects.filter(department__slug="nlp").update(lending_limit=0)
     cli.json("submit", "--name", "big", "--code-url", REMOTE, "--gpus", "4", "--", "python train.py")
-    waiting = cli.json("submit", "--name", "waits", "--code-url", REMOTE, "--gpus", "2", "--department", "vision",
-                       "--", "python train.py")
+    waiting = cli.json(
+        "submit",
+        "--name",
+        "waits",
+        "--code-url",
+        REMOTE,
+        "--gpus",
+        "2",
+        "--department",
+        "vision",
+        "--",
+        "python train.py",
+    )
     assert (waiting["status"], waiting["pending_reason"]) == ("queued", "quota_exhausted")
 
     queue = cli("queue", "--cluster", "local")
     assert queue.returncode == 0
-    assert queue.stdout.splitlines()[1].split()[:8] == ["1", str(waiting["id"]), "waits", "vision", "1x2", "sim",
-                                                          "normal", "quota_exhausted"]
+    assert queue.stdout.splitlines()[1].split()[:8] == [
+        "1",
+        str(waiting["id"]),
+        "waits",
+        "vision",
+        "1x2",
+        "sim",
+        "normal",
+        "quota_exhausted",
+    ]
     shown = cli("get", waiting["id"]).stdout
     assert re.search(r"^Reason: +quota_exhausted$", shown, re.M) and re.search(r"^Queue: +position 1", shown, re.M)
 
@@ -236,8 +288,19 @@ def test_a_waiting_job_shows_its_reason_in_the_queue_and_can_be_cancelled_once(w
 
 @pytest.mark.django_db(transaction=True)
 def test_invalid_input_exits_1_and_names_every_field(world, cli):
-    result = cli("submit", "--name", "Bad_Name", "--code-url", "ftp://example.com/x", "--workers", "0",
-                 "--mount", "no-such-storage:/data:ro", "--", "python train.py")
+    result = cli(
+        "submit",
+        "--name",
+        "Bad_Name",
+        "--code-url",
+        "ftp://example.com/x",
+        "--workers",
+        "0",
+        "--mount",
+        "no-such-storage:/data:ro",
+        "--",
+        "python train.py",
+    )
     assert result.returncode == 1
     assert "400 Bad Request" in result.stderr
     for field in ("name", "code_url", "workers", "mounts"):
@@ -271,13 +334,29 @@ def test_exit_codes_for_not_found_authentication_usage_and_an_unreachable_portal
 
 @pytest.mark.django_db(transaction=True)
 def test_json_output_is_the_apis_json(world, cli):
-    submitted = cli.json("submit", "--name", "exact", "--code-url", REMOTE, "--requirement", "numpy==2.1.0",
-                         "--mount", "vision-datasets:/data:ro", "--", "python", "train.py", "--lr", "0.1 0.2")
+    submitted = cli.json(
+        "submit",
+        "--name",
+        "exact",
+        "--code-url",
+        REMOTE,
+        "--requirement",
+        "numpy==2.1.0",
+        "--mount",
+        "vision-datasets:/data:ro",
+        "--",
+        "python",
+        "train.py",
+        "--lr",
+        "0.1 0.2",
+    )
     api = world.api(world.alice)
     assert cli.json("get", submitted["id"]) == api.get(f"/api/v1/jobs/{submitted['id']}/").json()
     assert submitted["command"] == "python train.py --lr '0.1 0.2'"
     assert (submitted["requirements"], submitted["mounts"]) == (
-        ["numpy==2.1.0"], [{"storage": "vision-datasets", "path": "/data", "read_only": True}])
+        ["numpy==2.1.0"],
+        [{"storage": "vision-datasets", "path": "/data", "read_only": True}],
+    )
     assert cli.json("list", "--status", "admitted,queued") == api.get("/api/v1/jobs/?status=admitted,queued").json()
     assert cli.json("whoami") == api.get("/api/v1/me/").json()
     after_the_command = cli("deployments", "-o", "json")
@@ -288,8 +367,9 @@ def test_json_output_is_the_apis_json(world, cli):
 def test_list_mine_shows_only_the_callers_jobs(world, cli):
     carol = token_create(user=world.carol, name="portalctl")[1]
     cli.json("submit", "--name", "alices", "--code-url", REMOTE, "--gpus", "0", "--", "python train.py")
-    cli.json("submit", "--name", "carols", "--code-url", REMOTE, "--gpus", "0", "--", "python train.py",
-             PORTAL_TOKEN=carol)
+    cli.json(
+        "submit", "--name", "carols", "--code-url", REMOTE, "--gpus", "0", "--", "python train.py", PORTAL_TOKEN=carol
+    )
     assert [j["name"] for j in cli.json("list")["results"]] == ["carols", "alices"]  # newest first
     assert [j["name"] for j in cli.json("list", "--mine")["results"]] == ["alices"]
 
@@ -300,13 +380,31 @@ def test_login_stores_url_and_token_readable_only_by_the_owner(world, cli, setti
     settings.PASSWORD_HASHERS = global_settings.PASSWORD_HASHERS
     world.alice.set_password(world.password)
     world.alice.save(update_fields=["password"])
-    wrong = cli("login", "--url", cli.url, "--username", "alice", "--password-stdin", stdin="wrong\n",
-                PORTAL_URL=None, PORTAL_TOKEN=None)
+    wrong = cli(
+        "login",
+        "--url",
+        cli.url,
+        "--username",
+        "alice",
+        "--password-stdin",
+        stdin="wrong\n",
+        PORTAL_URL=None,
+        PORTAL_TOKEN=None,
+    )
     assert wrong.returncode == 1 and "Unable to sign in" in wrong.stderr
     assert not cli.config.exists()
 
-    login = cli("login", "--url", cli.url + "/api/v1/", "--username", "alice", "--password-stdin",
-                stdin=world.password + "\n", PORTAL_URL=None, PORTAL_TOKEN=None)
+    login = cli(
+        "login",
+        "--url",
+        cli.url + "/api/v1/",
+        "--username",
+        "alice",
+        "--password-stdin",
+        stdin=world.password + "\n",
+        PORTAL_URL=None,
+        PORTAL_TOKEN=None,
+    )
     assert login.returncode == 0, login.stderr
     assert f"as alice; url and token stored in {cli.config}" in login.stdout
     assert stat.S_IMODE(cli.config.stat().st_mode) == 0o600
@@ -325,9 +423,17 @@ def test_nested_field_errors_are_named_by_their_path():
 
 
 def test_the_client_imports_nothing_of_the_portal_or_django():
-    probe = ("import sys, portalctl.cli; "
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'rest_framework', 'config', 'jobs', "
-             "'quotas', 'models_registry', 'builds', 'frontend'}))")
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                            env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"})
+    probe = (
+        "import sys, portalctl.cli; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'rest_framework', 'config', 'jobs', "
+        "'quotas', 'models_registry', 'builds', 'frontend'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+    )
     assert result.stdout.strip() == "[]", result.stderr

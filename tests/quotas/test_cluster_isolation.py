@@ -7,11 +7,11 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from core.errors import InvalidInput
-from clusters.sandbox_check import sandbox_problems
-from quotas.isolation import cluster_save
-from clusters.models import Cluster, GpuPool
 from accounts.models import Department
+from clusters.models import Cluster, GpuPool
+from clusters.sandbox_check import sandbox_problems
+from core.errors import InvalidInput
+from quotas.isolation import cluster_save
 from quotas.models import Quota
 
 LAPTOP = {"allow_local_code": True, "isolation": "none"}
@@ -44,17 +44,23 @@ def quotas_body(*extra):
 def test_the_demo_cluster_sandboxes_the_two_departments_it_serves_and_limits_setup(world):
     local = Cluster.objects.get(name="local")
     assert (local.settings["isolation"], local.settings["setup_timeout_seconds"]) == ("sandbox", 1800)
-    assert set(Quota.objects.filter(pool__cluster=local).values_list("department__slug", flat=True)) == {"vision", "nlp"}
+    assert set(Quota.objects.filter(pool__cluster=local).values_list("department__slug", flat=True)) == {
+        "vision",
+        "nlp",
+    }
 
 
-@pytest.mark.parametrize(("written", "message"), [
-    ({"setup_timeout_seconds": 10}, "setup_timeout_seconds must be a whole number of seconds from 30 to 86400"),
-    ({"setup_timeout_seconds": 86401}, "it is 86401"),
-    ({"setup_timeout_seconds": "1800"}, 'it is "1800"'),
-    ({"setup_timeout_seconds": True}, "it is True"),
-    ({"isolation": "off"}, 'isolation must be "sandbox" (each job in its own sandbox) or "none"'),
-    ([], "Settings must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("written", "message"),
+    [
+        ({"setup_timeout_seconds": 10}, "setup_timeout_seconds must be a whole number of seconds from 30 to 86400"),
+        ({"setup_timeout_seconds": 86401}, "it is 86401"),
+        ({"setup_timeout_seconds": "1800"}, 'it is "1800"'),
+        ({"setup_timeout_seconds": True}, "it is True"),
+        ({"isolation": "off"}, 'isolation must be "sandbox" (each job in its own sandbox) or "none"'),
+        ([], "Settings must be a JSON object"),
+    ],
+)
 def test_it_refuses_cluster_settings_a_person_mistyped_and_says_what_to_give(world, written, message):
     local = Cluster.objects.get(name="local")
     local.settings = written
@@ -86,16 +92,26 @@ def test_a_second_department_gets_no_quota_on_a_cluster_that_runs_jobs_unisolate
     assert 'runs jobs unisolated (isolation "none") for vision only' in refused.json()["quotas"][1]["cluster"][0]
     assert not Quota.objects.filter(department__slug="nlp", pool__cluster__name="laptop").exists()
     # vision itself may change its own quota there
-    mine = world.api(world.admin).put("/api/v1/departments/vision/quotas/", quotas_body(
-        {"cluster": "laptop", "gpu_type": "rtx", "nominal": 1}), format="json")
+    mine = world.api(world.admin).put(
+        "/api/v1/departments/vision/quotas/",
+        quotas_body({"cluster": "laptop", "gpu_type": "rtx", "nominal": 1}),
+        format="json",
+    )
     assert mine.status_code == 200, mine.json()
 
 
 def test_the_admin_refuses_bad_cluster_settings_on_the_form(client, world):
     local = Cluster.objects.get(name="local")
     client.force_login(world.admin)
-    form = {"name": "local", "backend": "local", "settings": '{"isolation": "none", "setup_timeout_seconds": 1800}',
-            "pools-TOTAL_FORMS": "0", "pools-INITIAL_FORMS": "0", "pools-MIN_NUM_FORMS": "0", "pools-MAX_NUM_FORMS": "1000"}
+    form = {
+        "name": "local",
+        "backend": "local",
+        "settings": '{"isolation": "none", "setup_timeout_seconds": 1800}',
+        "pools-TOTAL_FORMS": "0",
+        "pools-INITIAL_FORMS": "0",
+        "pools-MIN_NUM_FORMS": "0",
+        "pools-MAX_NUM_FORMS": "1000",
+    }
     response = client.post(f"/admin/clusters/cluster/{local.pk}/change/", form)
     assert response.status_code == 200
     assert "serves one department only" in response.content.decode()

@@ -5,10 +5,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection, connections
 
+from accounts.models import Department
+from clusters.models import Cluster, GpuPool
 from jobs.models import Job
 from jobs.services import job_submit
-from clusters.models import Cluster, GpuPool
-from accounts.models import Department
 from quotas.models import Quota
 
 SUBMISSIONS = 200
@@ -20,9 +20,21 @@ def test_200_concurrent_submissions_into_room_for_10_admit_exactly_10(world):
     cluster = Cluster.objects.create(name="race", backend="kubernetes", settings={})
     pool = GpuPool.objects.create(cluster=cluster, gpu_type="A100", nodes=1, gpus_per_node=ROOM)
     Quota.objects.create(department=Department.objects.get(slug="vision"), pool=pool, nominal=ROOM, borrowing_limit=0)
-    data = {"name": "race", "department": "vision", "cluster": "race", "code_url": "https://h/r.git", "command": "true",
-            "image": "python", "requirements": [], "workers": 1, "gpus_per_worker": 1, "priority": "normal", "mounts": [],
-            "env": {}, "tensorboard": False}
+    data = {
+        "name": "race",
+        "department": "vision",
+        "cluster": "race",
+        "code_url": "https://h/r.git",
+        "command": "true",
+        "image": "python",
+        "requirements": [],
+        "workers": 1,
+        "gpus_per_worker": 1,
+        "priority": "normal",
+        "mounts": [],
+        "env": {},
+        "tensorboard": False,
+    }
 
     def submit(_):
         try:

@@ -5,9 +5,9 @@ import math
 import pytest
 from django.utils import timezone
 
-from jobs.models import Job
 from clusters.models import Cluster
 from jobs.admission import cycle_snapshot
+from jobs.models import Job
 
 JOB = {"name": "fs", "code_url": "https://git.example.com/r.git", "command": "python train.py"}
 
@@ -24,8 +24,9 @@ def test_it_decays_each_departments_recent_gpu_seconds_into_average_gpus(world):
     finished = submit(world, world.alice, "vision", gpus_per_worker=2)
     Job.objects.filter(pk=finished.pk).update(status="succeeded", finished_at=now, gpu_seconds=2 * day)
     older = submit(world, world.alice, "vision", gpus_per_worker=2)
-    Job.objects.filter(pk=older.pk).update(status="succeeded", finished_at=now - timezone.timedelta(days=1),
-                                           gpu_seconds=2 * day)
+    Job.objects.filter(pk=older.pk).update(
+        status="succeeded", finished_at=now - timezone.timedelta(days=1), gpu_seconds=2 * day
+    )
     queued = submit(world, world.bob, "nlp", gpus_per_worker=1)
 
     def recent():
@@ -34,7 +35,9 @@ def test_it_decays_each_departments_recent_gpu_seconds_into_average_gpus(world):
         return pool.usage_weight, {q.department: q.recent_usage for q in snapshot.quotas}
 
     assert recent() == (0.0, {"vision": 0.0, "nlp": 0.0})  # off unless the cluster asks
-    Cluster.objects.filter(name="local").update(settings={"fair_share_usage_weight": 0.5, "fair_share_half_life_hours": 24})
+    Cluster.objects.filter(name="local").update(
+        settings={"fair_share_usage_weight": 0.5, "fair_share_half_life_hours": 24}
+    )
     weight, usage = recent()
     # 2 GPU-days now and 2 GPU-days a half-life ago, over a mean life of 1 day / ln 2
     assert weight == 0.5 and usage["vision"] == pytest.approx((2 + 1) * math.log(2), rel=1e-3) and usage["nlp"] == 0.0

@@ -1,10 +1,9 @@
 import pytest
-from django.conf import settings
 
 from accounts.models import AuditEvent, Department
+from clusters.models import Storage
 from images.models import FrameworkImage
 from quotas.models import Quota
-from clusters.models import Storage
 
 ENDPOINTS = [
     "/api/v1/me/",
@@ -35,9 +34,11 @@ def test_it_gives_no_hint_which_credential_was_wrong(world):
     wrong_password = world.api().post("/api/v1/auth/token/", {"username": "alice", "password": "nope"}, format="json")
     wrong_user = world.api().post("/api/v1/auth/token/", {"username": "mallory", "password": "nope"}, format="json")
     assert wrong_password.status_code == wrong_user.status_code == 400
-    assert wrong_password.json() == wrong_user.json() == {
-        "non_field_errors": ["Unable to sign in with that username and password."]
-    }
+    assert (
+        wrong_password.json()
+        == wrong_user.json()
+        == {"non_field_errors": ["Unable to sign in with that username and password."]}
+    )
 
 
 def test_it_names_every_missing_credential(world):
@@ -82,8 +83,14 @@ def test_it_shows_a_department_with_quotas_and_live_usage(world):
     ]
     assert body["usage"] == [
         {
-            "cluster": "local", "gpu_type": "sim", "nominal": 4, "borrowing_limit": None, "lending_limit": None,
-            "in_use": 0.0, "borrowed": 0.0, "pending": 0.0,
+            "cluster": "local",
+            "gpu_type": "sim",
+            "nominal": 4,
+            "borrowing_limit": None,
+            "lending_limit": None,
+            "in_use": 0.0,
+            "borrowed": 0.0,
+            "pending": 0.0,
         }
     ]
 
@@ -148,7 +155,9 @@ def test_it_wants_a_list_of_quotas(world):
 def test_it_lists_priority_classes_by_value(world):
     body = world.api(world.bob).get("/api/v1/priority-classes/").json()
     assert [(p["name"], p["value"], p["preemptible"]) for p in body["results"]] == [
-        ("high", 1000, False), ("normal", 500, True), ("low", 100, True),
+        ("high", 1000, False),
+        ("normal", 500, True),
+        ("low", 100, True),
     ]
 
 
@@ -156,16 +165,30 @@ def test_it_lists_clusters_with_their_pools(world):
     body = world.api(world.bob).get("/api/v1/clusters/").json()
     assert body["results"] == [
         {
-            "name": "local", "backend": "local",
-            "pools": [{"gpu_type": "sim", "gpu_memory_gb": 16, "nodes": 1, "gpus_per_node": 8, "total": 8,
-                       "allocated": 0, "shareable": True}],
+            "name": "local",
+            "backend": "local",
+            "pools": [
+                {
+                    "gpu_type": "sim",
+                    "gpu_memory_gb": 16,
+                    "nodes": 1,
+                    "gpus_per_node": 8,
+                    "total": 8,
+                    "allocated": 0,
+                    "shareable": True,
+                }
+            ],
         }
     ]
 
 
 def test_it_shows_official_images_and_only_the_callers_custom_ones(world):
-    FrameworkImage.objects.create(name="vision-detectron", framework="pytorch", image="reg/vision/det:1",
-                                  department=Department.objects.get(slug="vision"))
+    FrameworkImage.objects.create(
+        name="vision-detectron",
+        framework="pytorch",
+        image="reg/vision/det:1",
+        department=Department.objects.get(slug="vision"),
+    )
     names = lambda user: [i["name"] for i in world.api(user).get("/api/v1/images/").json()["results"]]  # noqa: E731
     assert names(world.alice) == ["python", "pytorch", "tensorflow", "vision-detectron"]
     assert names(world.bob) == ["python", "pytorch", "tensorflow"]
@@ -198,7 +221,10 @@ def test_it_shows_the_audit_log_to_admins_only(world):
 
 
 def test_it_throttles_anonymous_callers(world, settings):
-    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"anon": "2/minute", "user": "3/minute"}}
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {"anon": "2/minute", "user": "3/minute"},
+    }
     from django.core.cache import cache
 
     cache.clear()

@@ -1,7 +1,7 @@
 """The queue, the quota what-if, and live quota usage through the REST API."""
 
-from jobs.models import Job
 from accounts.models import Department
+from jobs.models import Job
 from quotas.models import Quota
 
 JOB = {"name": "q", "code_url": "https://git.example.com/r.git", "command": "python train.py"}
@@ -20,7 +20,9 @@ def test_the_queue_lists_waiting_jobs_in_admission_order_with_reason_and_estimat
     queue = world.api(world.admin).get("/api/v1/queue/?cluster=local&gpu_type=sim").json()["results"]
     # vision still holds 8 GPUs (4 borrowed) until its job has stopped: nothing of it starts meanwhile
     assert [(j["id"], j["queue_position"], j["pending_reason"]) for j in queue] == [
-        (first["id"], 1, "preemption_in_progress"), (second["id"], 2, "quota_exhausted")]
+        (first["id"], 1, "preemption_in_progress"),
+        (second["id"], 2, "quota_exhausted"),
+    ]
     assert queue[1]["status_message"].startswith(f"GPUs are being reclaimed for job #{first['id']} (nlp's nominal")
     assert queue[1]["estimated_start"] is not None  # at the latest when the 8-GPU job's hour is up
     assert [j["id"] for j in world.api(world.bob).get("/api/v1/queue/").json()["results"]] == [first["id"]]
@@ -43,14 +45,19 @@ def test_the_quota_preview_says_what_would_happen_and_changes_nothing(world):
     waiting = submit(world, world.alice, name="wants-more", gpus_per_worker=2)
     body = [{"cluster": "local", "gpu_type": "sim", "nominal": 6}]
     for user in (world.alice, world.carol):
-        assert world.api(user).post("/api/v1/departments/vision/quotas/preview/", body, format="json").status_code == 403
+        assert (
+            world.api(user).post("/api/v1/departments/vision/quotas/preview/", body, format="json").status_code == 403
+        )
     too_much = [{"cluster": "local", "gpu_type": "sim", "nominal": 7}]
     refused = world.api(world.admin).post("/api/v1/departments/vision/quotas/preview/", too_much, format="json")
     assert refused.status_code == 400 and "at most 4 can be nominal here" in refused.json()["quotas"][0]["nominal"][0]
     Quota.objects.filter(department__slug="nlp").update(nominal=2)
     preview = world.api(world.admin).post("/api/v1/departments/vision/quotas/preview/", body, format="json").json()
-    assert preview == {"admitted": [{"id": waiting["id"], "name": "wants-more", "department": "vision"}],
-                       "preempted": [], "waiting": []}
+    assert preview == {
+        "admitted": [{"id": waiting["id"], "name": "wants-more", "department": "vision"}],
+        "preempted": [],
+        "waiting": [],
+    }
     assert Job.objects.get(pk=waiting["id"]).status == "queued"
     assert Quota.objects.get(department__slug="vision").nominal == 4
 

@@ -8,13 +8,29 @@ from hypothesis import strategies as st
 
 from quotas.scheduler import PLACEMENTS, PendingJob, PoolState, QuotaState, RunningJob, Slot, Snapshot, schedule
 from quotas.scheduler.placement import (
-    FULL, Fragmentation, NodeSpec, Occupancy, PodMix, Shape, TypicalPods, make_policy, policy_for, units,
+    FULL,
+    Fragmentation,
+    NodeSpec,
+    Occupancy,
+    PodMix,
+    Shape,
+    TypicalPods,
+    make_policy,
+    policy_for,
+    units,
 )
 
 
 def pool(nodes=3, gpus=8, used=None, placement="binpack"):
-    return PoolState(pool_id=1, name="local/sim", nodes=tuple(f"n{i}" for i in range(nodes)), gpus_per_node=gpus,
-                     shareable=True, used=used or {}, placement=placement)
+    return PoolState(
+        pool_id=1,
+        name="local/sim",
+        nodes=tuple(f"n{i}" for i in range(nodes)),
+        gpus_per_node=gpus,
+        shareable=True,
+        used=used or {},
+        placement=placement,
+    )
 
 
 def busy(node, gpus, share=1.0):
@@ -35,9 +51,12 @@ def nodes_of(slots):
 
 # --- fit rules ---------------------------------------------------------------------------------
 
+
 def one(gpus=2, cpu=16000, mem=65536, model="T4", free=None, max_pods=1001):
-    occupancy = Occupancy.from_nodes([NodeSpec("n", gpus, model, cpu, mem, max_pods)],
-                                     used={("n", g): (FULL - f) / FULL for g, f in enumerate(free or ())})
+    occupancy = Occupancy.from_nodes(
+        [NodeSpec("n", gpus, model, cpu, mem, max_pods)],
+        used={("n", g): (FULL - f) / FULL for g, f in enumerate(free or ())},
+    )
     return occupancy
 
 
@@ -75,7 +94,11 @@ def test_placing_and_releasing_moves_the_resources_and_leaves_nothing_behind():
     slots = occupancy.place(1, 0.3, cpu=4000, mem=1000)
     assert slots == [Slot(worker=0, node="n", gpus=(1,), fraction=0.3)]  # the fullest GPU with room
     assert (occupancy.cpu_free, occupancy.mem_free, occupancy.pods_free, occupancy.gpu_free) == (
-        [12000], [64536], [1000], [[1000, 100]])
+        [12000],
+        [64536],
+        [1000],
+        [[1000, 100]],
+    )
     occupancy.release(slots, cpu=4000, mem=1000)
     assert (occupancy.cpu_free, occupancy.gpu_free, occupancy.free) == ([16000], [[1000, 400]], 1.4)
 
@@ -91,6 +114,7 @@ def test_an_unknown_policy_is_refused():
 
 
 # --- what each policy does -----------------------------------------------------------------------
+
 
 def test_binpack_fills_a_partly_used_node_first():
     used = {**busy("n1", range(5)), **busy("n2", range(2)), ("n2", 2): 0.5}
@@ -141,16 +165,38 @@ def test_fragmentation_steers_cpu_only_work_away_from_cpu_poor_gpu_nodes():
 
 def test_the_cycle_places_with_each_pools_policy_and_fragmentation_learns_the_mix_from_the_queue():
     # the same jobs as above, now through the cycle: the mix comes from its running and pending workers
-    running = [RunningJob(job_id=90, pool_id=1, department="vision", priority=500, preemptible=False, gpus=3,
-                          slots=(Slot(0, "n0", (0, 1, 2)),), started_at=0),
-               RunningJob(job_id=91, pool_id=1, department="vision", priority=500, preemptible=False, gpus=4,
-                          slots=(Slot(0, "n1", (0, 1, 2, 3)),), started_at=0)]
+    running = [
+        RunningJob(
+            job_id=90,
+            pool_id=1,
+            department="vision",
+            priority=500,
+            preemptible=False,
+            gpus=3,
+            slots=(Slot(0, "n0", (0, 1, 2)),),
+            started_at=0,
+        ),
+        RunningJob(
+            job_id=91,
+            pool_id=1,
+            department="vision",
+            priority=500,
+            preemptible=False,
+            gpus=4,
+            slots=(Slot(0, "n1", (0, 1, 2, 3)),),
+            started_at=0,
+        ),
+    ]
     used = {**busy("n0", range(3)), **busy("n1", range(4))}
     jobs = (pending(1, 1), pending(2, 4), pending(3, 4), pending(4, 8))
     admitted = {}
     for name in PLACEMENTS:
-        snapshot = Snapshot(pools={1: pool(used=used, placement=name)}, pending=jobs, running=tuple(running),
-                            quotas=(QuotaState(department="vision", pool_id=1, nominal=24),))
+        snapshot = Snapshot(
+            pools={1: pool(used=used, placement=name)},
+            pending=jobs,
+            running=tuple(running),
+            quotas=(QuotaState(department="vision", pool_id=1, nominal=24),),
+        )
         decisions = schedule(snapshot, now=100.0)
         admitted[name] = {a.job_id: nodes_of(a.slots) for a in decisions.admissions}
         if name != "fragmentation":
@@ -162,11 +208,27 @@ def test_the_cycle_places_with_each_pools_policy_and_fragmentation_learns_the_mi
 
 def test_the_fragmentation_mix_is_the_pools_workers():
     snapshot_pool = pool(placement="fragmentation")
-    policy = policy_for(snapshot_pool, [pending(1, 2, workers=3), pending(2, 0.5)],
-                        [RunningJob(job_id=9, pool_id=1, department="nlp", priority=1, preemptible=True, gpus=8,
-                                    slots=(Slot(0, "n0", tuple(range(8))),), started_at=0)])
-    assert {(s.num_gpu, s.gpu_milli): f for s, f in policy.typical.items} == {(2, 1000): 0.6, (1, 500): 0.2,
-                                                                             (8, 1000): 0.2}
+    policy = policy_for(
+        snapshot_pool,
+        [pending(1, 2, workers=3), pending(2, 0.5)],
+        [
+            RunningJob(
+                job_id=9,
+                pool_id=1,
+                department="nlp",
+                priority=1,
+                preemptible=True,
+                gpus=8,
+                slots=(Slot(0, "n0", tuple(range(8))),),
+                started_at=0,
+            )
+        ],
+    )
+    assert {(s.num_gpu, s.gpu_milli): f for s, f in policy.typical.items} == {
+        (2, 1000): 0.6,
+        (1, 500): 0.2,
+        (8, 1000): 0.2,
+    }
     assert policy_for(pool(placement="spread")).name == "spread"
 
 
@@ -185,9 +247,18 @@ def test_fragmentation_measures():
 
 # --- what no policy may do -----------------------------------------------------------------------
 
+
 def pending(job_id, gpus, workers=1, dept="vision"):
-    return PendingJob(job_id=job_id, pool_id=1, department=dept, priority=500, submitted_at=job_id, workers=workers,
-                      gpus_per_worker=gpus, preemptible=True)
+    return PendingJob(
+        job_id=job_id,
+        pool_id=1,
+        department=dept,
+        priority=500,
+        submitted_at=job_id,
+        workers=workers,
+        gpus_per_worker=gpus,
+        preemptible=True,
+    )
 
 
 SHARES = [0, 0.1, 0.25, 0.5, 0.75, 1, 2, 3, 4, 8]
@@ -199,30 +270,59 @@ def occupancies(draw):
     name = draw(st.sampled_from(PLACEMENTS))
     if name == "fragmentation":
         served = PodMix(coverage=1.0)
-        for gpus, cpu, count in draw(st.lists(st.tuples(st.sampled_from(SHARES), st.integers(0, 8000),
-                                                        st.integers(1, 5)), max_size=4)):
+        for gpus, cpu, count in draw(
+            st.lists(st.tuples(st.sampled_from(SHARES), st.integers(0, 8000), st.integers(1, 5)), max_size=4)
+        ):
             served.add(Shape(cpu, int(gpus), FULL) if gpus >= 1 else Shape(cpu, 1 if gpus else 0, units(gpus)), count)
         policy = Fragmentation(served.typical())
     else:
         policy = make_policy(name)
     if draw(st.booleans()):
         nodes, gpus = draw(st.integers(1, 5)), draw(st.sampled_from([1, 2, 4, 8]))
-        used = {(f"n{n}", g): share for n in range(nodes) for g in range(gpus)
-                if (share := draw(st.sampled_from([0, 0, 0.25, 0.5, 1.0])))}
+        used = {
+            (f"n{n}", g): share
+            for n in range(nodes)
+            for g in range(gpus)
+            if (share := draw(st.sampled_from([0, 0, 0.25, 0.5, 1.0])))
+        }
         return Occupancy(pool(nodes=nodes, gpus=gpus, used=used), policy)
-    specs = [NodeSpec(f"n{i}", gpus, model, cpu, mem, pods) for i, (gpus, model, cpu, mem, pods) in enumerate(draw(
-        st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["T4", "V100"]), st.integers(0, 32000),
-                           st.integers(0, 32000), st.integers(0, 6)), min_size=1, max_size=5)))]
+    specs = [
+        NodeSpec(f"n{i}", gpus, model, cpu, mem, pods)
+        for i, (gpus, model, cpu, mem, pods) in enumerate(
+            draw(
+                st.lists(
+                    st.tuples(
+                        st.integers(0, 8),
+                        st.sampled_from(["T4", "V100"]),
+                        st.integers(0, 32000),
+                        st.integers(0, 32000),
+                        st.integers(0, 6),
+                    ),
+                    min_size=1,
+                    max_size=5,
+                )
+            )
+        )
+    ]
     return Occupancy.from_nodes(specs, policy)
 
 
-requests = st.tuples(st.integers(1, 4), st.sampled_from(SHARES), st.integers(0, 9000), st.integers(0, 9000),
-                     st.sampled_from([(), frozenset({"T4"})]))
+requests = st.tuples(
+    st.integers(1, 4),
+    st.sampled_from(SHARES),
+    st.integers(0, 9000),
+    st.integers(0, 9000),
+    st.sampled_from([(), frozenset({"T4"})]),
+)
 
 
 def state_of(occupancy):
-    return ([list(g) for g in occupancy.gpu_free], list(occupancy.cpu_free), list(occupancy.mem_free),
-            list(occupancy.pods_free))
+    return (
+        [list(g) for g in occupancy.gpu_free],
+        list(occupancy.cpu_free),
+        list(occupancy.mem_free),
+        list(occupancy.pods_free),
+    )
 
 
 def assert_consistent(occupancy):
@@ -244,9 +344,13 @@ def assert_consistent(occupancy):
 @settings(max_examples=300, deadline=None)
 @given(occupancies(), st.lists(st.tuples(requests, st.integers(0, 3)), max_size=25))
 def test_no_policy_ever_overcommits_a_node_or_splits_a_worker(occupancy, steps):
-    capacity = {node: (occupancy.cpu_free[i], occupancy.mem_free[i], occupancy.pods_free[i])
-                for i, node in enumerate(occupancy.nodes)}
-    in_use = {(node, g): FULL - f for i, node in enumerate(occupancy.nodes) for g, f in enumerate(occupancy.gpu_free[i])}
+    capacity = {
+        node: (occupancy.cpu_free[i], occupancy.mem_free[i], occupancy.pods_free[i])
+        for i, node in enumerate(occupancy.nodes)
+    }
+    in_use = {
+        (node, g): FULL - f for i, node in enumerate(occupancy.nodes) for g, f in enumerate(occupancy.gpu_free[i])
+    }
     held = {node: [0, 0, 0] for node in occupancy.nodes}  # CPU, memory, workers placed here by this test
     gangs = []
     for (workers, gpus, cpu, mem, models), release in steps:
@@ -265,8 +369,10 @@ def test_no_policy_ever_overcommits_a_node_or_splits_a_worker(occupancy, steps):
             assert state_of(occupancy) == before  # all or nothing
             if workers == 1:  # a lone worker is refused only when no node could take it
                 milli = FULL if gpus >= 1 else units(gpus)
-                assert not any(occupancy.fits_node(i, int(gpus) if gpus >= 1 else int(gpus > 0), milli, cpu, mem, models)
-                               for i in range(len(occupancy.nodes)))
+                assert not any(
+                    occupancy.fits_node(i, int(gpus) if gpus >= 1 else int(gpus > 0), milli, cpu, mem, models)
+                    for i in range(len(occupancy.nodes))
+                )
             continue
         assert [slot.worker for slot in slots] == list(range(workers))  # one slot, so one node, per worker
         for slot in slots:
@@ -287,10 +393,14 @@ def test_no_policy_ever_overcommits_a_node_or_splits_a_worker(occupancy, steps):
 
 
 @settings(max_examples=150, deadline=None)
-@given(placement=st.sampled_from(PLACEMENTS),
-       runs=st.lists(st.tuples(st.sampled_from(["vision", "nlp"]), st.integers(1, 4), st.booleans()), max_size=6),
-       jobs=st.lists(st.tuples(st.sampled_from(["vision", "nlp"]), st.sampled_from([0.25, 0.5, 1, 2, 4, 8]),
-                               st.integers(1, 3)), max_size=20))
+@given(
+    placement=st.sampled_from(PLACEMENTS),
+    runs=st.lists(st.tuples(st.sampled_from(["vision", "nlp"]), st.integers(1, 4), st.booleans()), max_size=6),
+    jobs=st.lists(
+        st.tuples(st.sampled_from(["vision", "nlp"]), st.sampled_from([0.25, 0.5, 1, 2, 4, 8]), st.integers(1, 3)),
+        max_size=20,
+    ),
+)
 def test_every_policy_keeps_the_cycle_within_capacity_and_gangs_whole(placement, runs, jobs):
     live, used, next_gpu = [], {}, 0
     for index, (dept, gpus, preemptible) in enumerate(runs):
@@ -298,13 +408,27 @@ def test_every_policy_keeps_the_cycle_within_capacity_and_gangs_whole(placement,
         if node > 1 or first + gpus > 8:
             continue
         slot = Slot(0, f"n{node}", tuple(range(first, first + gpus)))
-        live.append(RunningJob(job_id=100 + index, pool_id=1, department=dept, priority=100, preemptible=preemptible,
-                               gpus=float(gpus), slots=(slot,), started_at=0))
+        live.append(
+            RunningJob(
+                job_id=100 + index,
+                pool_id=1,
+                department=dept,
+                priority=100,
+                preemptible=preemptible,
+                gpus=float(gpus),
+                slots=(slot,),
+                started_at=0,
+            )
+        )
         used.update(busy(slot.node, slot.gpus))
         next_gpu += gpus
     waiting = [pending(i + 1, gpus, workers if gpus >= 1 else 1, dept) for i, (dept, gpus, workers) in enumerate(jobs)]
-    snapshot = Snapshot(pools={1: pool(nodes=2, used=used, placement=placement)}, pending=tuple(waiting),
-                        running=tuple(live), quotas=(QuotaState("vision", 1, 8), QuotaState("nlp", 1, 8)))
+    snapshot = Snapshot(
+        pools={1: pool(nodes=2, used=used, placement=placement)},
+        pending=tuple(waiting),
+        running=tuple(live),
+        quotas=(QuotaState("vision", 1, 8), QuotaState("nlp", 1, 8)),
+    )
     decisions = schedule(snapshot, now=10_000.0)
     by_id = {job.job_id: job for job in waiting}
     for admission in decisions.admissions:

@@ -12,7 +12,12 @@ from accounts.models import AuditEvent
 from clusters.models import Storage
 from clusters.storage_paths import local_path_problems
 
-JOB = {"name": "reader", "code_url": "https://git.example.com/r.git", "command": "python train.py", "gpus_per_worker": 0}
+JOB = {
+    "name": "reader",
+    "code_url": "https://git.example.com/r.git",
+    "command": "python train.py",
+    "gpus_per_worker": 0,
+}
 
 
 @pytest.fixture
@@ -41,19 +46,28 @@ def volume(name="vision-datasets") -> Storage:
 
 
 def storage_audit() -> list[tuple[str, str, str]]:
-    return list(AuditEvent.objects.filter(action__startswith="storage.").order_by("id")
-                .values_list("action", "target", "actor__username"))
+    return list(
+        AuditEvent.objects.filter(action__startswith="storage.")
+        .order_by("id")
+        .values_list("action", "target", "actor__username")
+    )
 
 
 # --- Who may do what --------------------------------------------------------------------------
+
 
 def test_it_lets_a_dept_admin_create_a_volume_that_members_then_see(world, data_root, datasets):
     response = create(world, world.carol, local_path=str(datasets), description="Shared data sets")
     assert response.status_code == 201, response.json()
     body = response.json()
     assert {key: body[key] for key in ("name", "department", "kind", "local_path", "pvc_name", "description")} == {
-        "name": "vision-scratch", "department": "vision", "kind": "local", "local_path": str(datasets), "pvc_name": "",
-        "description": "Shared data sets"}
+        "name": "vision-scratch",
+        "department": "vision",
+        "kind": "local",
+        "local_path": str(datasets),
+        "pvc_name": "",
+        "description": "Shared data sets",
+    }
     alice = world.api(world.alice)
     assert alice.get(f"/api/v1/storage/{body['id']}/").json() == body
     assert "vision-scratch" in [s["name"] for s in alice.get("/api/v1/storage/").json()["results"]]
@@ -69,9 +83,11 @@ def test_it_lets_a_platform_admin_create_storage_in_any_department(world, data_r
 
 def test_it_forbids_members_to_create_change_or_delete_storage(world, data_root, datasets):
     alice, target = world.api(world.alice), volume()
-    answers = [create(world, world.alice, local_path=str(datasets)),
-               alice.patch(f"/api/v1/storage/{target.pk}/", {"description": "mine now"}, format="json"),
-               alice.delete(f"/api/v1/storage/{target.pk}/")]
+    answers = [
+        create(world, world.alice, local_path=str(datasets)),
+        alice.patch(f"/api/v1/storage/{target.pk}/", {"description": "mine now"}, format="json"),
+        alice.delete(f"/api/v1/storage/{target.pk}/"),
+    ]
     assert [answer.status_code for answer in answers] == [403, 403, 403]
     assert "Only admins of vision" in answers[0].json()["detail"]
     assert Storage.objects.filter(department__slug="vision").count() == 1
@@ -93,9 +109,17 @@ def test_it_does_not_reveal_another_departments_volumes(world, data_root, datase
 
 # --- What a volume may be ---------------------------------------------------------------------
 
+
 def test_it_reports_every_problem_of_a_request_at_once(world, data_root):
-    response = create(world, world.carol, name="Not A Name", kind="local", local_path="data/scratch",
-                      description="x" * 201, size="10G")
+    response = create(
+        world,
+        world.carol,
+        name="Not A Name",
+        kind="local",
+        local_path="data/scratch",
+        description="x" * 201,
+        size="10G",
+    )
     assert response.status_code == 400
     errors = response.json()
     assert set(errors) == {"name", "local_path", "description", "size"}
@@ -110,8 +134,10 @@ def test_it_says_when_the_name_is_taken_in_the_department(world, data_root):
     assert response.status_code == 400
     assert response.json() == {"name": ["Storage vision-datasets already exists in vision; choose another name."]}
     # Another department may use the same name.
-    assert create(world, world.admin, department="nlp", name="vision-datasets", kind="pvc",
-                  pvc_name="claim").status_code == 201
+    assert (
+        create(world, world.admin, department="nlp", name="vision-datasets", kind="pvc", pvc_name="claim").status_code
+        == 201
+    )
 
 
 @pytest.mark.parametrize(
@@ -123,7 +149,11 @@ def test_it_says_when_the_name_is_taken_in_the_department(world, data_root):
         ({"kind": "nfs", "local_path": "/srv"}, "kind", '"nfs" is not a valid choice.'),
         ({"kind": "local", "local_path": "/srv/../etc"}, "local_path", "Give an absolute path without '..'"),
         ({"kind": "local", "local_path": "/srv/da\nta"}, "local_path", "Give a path of printable characters"),
-        ({"kind": "local", "local_path": "/srv/"}, "local_path", "Write the path without '.', '//' or a trailing '/': /srv."),
+        (
+            {"kind": "local", "local_path": "/srv/"},
+            "local_path",
+            "Write the path without '.', '//' or a trailing '/': /srv.",
+        ),
         ({"kind": "local", "local_path": "//srv/./data"}, "local_path", "/srv/data."),
     ],
 )
@@ -145,10 +175,13 @@ def test_it_refuses_a_path_no_file_can_have(world, data_root):
 def test_it_refuses_a_directory_that_does_not_exist_or_is_a_file(world, data_root, tmp_path):
     (tmp_path / "notes.txt").write_text("not a directory")
     missing = create(world, world.carol, local_path=f"{tmp_path}/nowhere")
-    assert missing.json()["local_path"] == [f"There is no directory {tmp_path}/nowhere on this host; create it first "
-                                            "(the portal does not create storage directories)."]
+    assert missing.json()["local_path"] == [
+        f"There is no directory {tmp_path}/nowhere on this host; create it first "
+        "(the portal does not create storage directories)."
+    ]
     assert create(world, world.carol, local_path=f"{tmp_path}/notes.txt").json()["local_path"] == [
-        f"{tmp_path}/notes.txt is a file, not a directory."]
+        f"{tmp_path}/notes.txt is a file, not a directory."
+    ]
 
 
 def _portal_paths(data_root: Path) -> dict[str, tuple[str, str]]:
@@ -166,9 +199,19 @@ def _portal_paths(data_root: Path) -> dict[str, tuple[str, str]]:
     }
 
 
-@pytest.mark.parametrize("case", ["the data root", "inside the data root", "above the data root",
-                                  "the storage area itself", "the checkout", "inside the checkout",
-                                  "above the checkout", "the virtualenv"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "the data root",
+        "inside the data root",
+        "above the data root",
+        "the storage area itself",
+        "the checkout",
+        "inside the checkout",
+        "above the checkout",
+        "the virtualenv",
+    ],
+)
 def test_it_refuses_a_volume_on_the_portals_own_directories(world, data_root, case):
     path, message = _portal_paths(data_root)[case]
     response = create(world, world.carol, local_path=path)
@@ -205,8 +248,10 @@ def test_it_follows_symlinks_before_deciding(world, data_root, tmp_path):
     (tmp_path / "shortcut").symlink_to(data_root / "jobs", target_is_directory=True)
     (data_root / "jobs").mkdir()
     to_etc = create(world, world.carol, local_path=f"{tmp_path}/innocent")
-    assert to_etc.json()["local_path"] == [f"{tmp_path}/innocent (which is /etc) is a system directory; jobs may not "
-                                           "mount it. Choose a directory made for the data."]
+    assert to_etc.json()["local_path"] == [
+        f"{tmp_path}/innocent (which is /etc) is a system directory; jobs may not "
+        "mount it. Choose a directory made for the data."
+    ]
     into_portal = create(world, world.carol, local_path=f"{tmp_path}/shortcut")
     assert "lies inside the portal's data root" in into_portal.json()["local_path"][0]
 
@@ -218,6 +263,7 @@ def test_it_allows_volumes_in_the_portals_storage_area(world, data_root):
 
 
 # --- Changing and deleting --------------------------------------------------------------------
+
 
 def test_it_changes_only_the_fields_sent_and_records_before_and_after(world, data_root, datasets):
     carol, target = world.api(world.carol), volume()
@@ -234,11 +280,12 @@ def test_it_changes_only_the_fields_sent_and_records_before_and_after(world, dat
 
 def test_it_refuses_a_location_of_the_other_kind_and_a_new_name(world, data_root):
     carol, target = world.api(world.carol), volume()
-    response = carol.patch(f"/api/v1/storage/{target.pk}/", {"pvc_name": "claim", "name": "renamed",
-                                                             "department": "nlp"}, format="json")
+    response = carol.patch(
+        f"/api/v1/storage/{target.pk}/", {"pvc_name": "claim", "name": "renamed", "department": "nlp"}, format="json"
+    )
     assert response.status_code == 400
     assert set(response.json()) == {"pvc_name", "name", "department"}
-    assert "send \"kind\": \"pvc\" too" in response.json()["pvc_name"][0]
+    assert 'send "kind": "pvc" too' in response.json()["pvc_name"][0]
     target.refresh_from_db()
     assert (target.name, target.kind, target.pvc_name) == ("vision-datasets", "local", "")
 
@@ -267,8 +314,9 @@ def test_it_refuses_to_delete_a_volume_an_unfinished_job_mounts_and_names_the_jo
     carol, target = world.api(world.carol), volume()
     refused = carol.delete(f"/api/v1/storage/{target.pk}/")
     assert refused.status_code == 409
-    assert refused.json() == {"detail": f"Jobs {job.json()['id']} mount vision-datasets and have not finished; "
-                                        "delete it when they have."}
+    assert refused.json() == {
+        "detail": f"Jobs {job.json()['id']} mount vision-datasets and have not finished; delete it when they have."
+    }
     assert Storage.objects.filter(pk=target.pk).exists()
     assert world.api(world.alice).post(f"/api/v1/jobs/{job.json()['id']}/cancel/").status_code == 200
     assert carol.delete(f"/api/v1/storage/{target.pk}/").status_code == 204
@@ -277,13 +325,20 @@ def test_it_refuses_to_delete_a_volume_an_unfinished_job_mounts_and_names_the_jo
 def test_the_path_rule_refuses_what_no_file_name_can_hold_even_without_the_api():
     # The console's forms do not refuse lone surrogates as the API's JSON fields do.
     assert local_path_problems("/srv/\ud800", protected=[]) == [
-        "Give a path of printable characters (no control characters), e.g. /data/vision."]
+        "Give a path of printable characters (no control characters), e.g. /data/vision."
+    ]
 
 
 def test_the_admin_site_refuses_the_same_paths(world, data_root, client):
     client.force_login(world.admin)
-    form = {"department": volume().department_id, "name": "vision-scratch", "kind": "local", "local_path": "/etc",
-            "pvc_name": "", "description": ""}
+    form = {
+        "department": volume().department_id,
+        "name": "vision-scratch",
+        "kind": "local",
+        "local_path": "/etc",
+        "pvc_name": "",
+        "description": "",
+    }
     response = client.post("/admin/clusters/storage/add/", form)
     assert response.status_code == 200  # the form again, with the reason
     assert "/etc is a system directory" in response.content.decode()

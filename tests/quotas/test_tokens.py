@@ -4,9 +4,9 @@ import re
 from datetime import timedelta
 from types import SimpleNamespace
 
-from django.db.migrations.loader import MigrationLoader
 from django.core.management import call_command
 from django.db import connection
+from django.db.migrations.loader import MigrationLoader
 from django.test import Client
 from django.utils import timezone
 
@@ -124,9 +124,11 @@ def test_it_gives_one_message_for_wrong_credentials(world):
     wrong_password = world.api().post("/api/v1/auth/token/", {"username": "alice", "password": "nope"}, format="json")
     wrong_user = world.api().post("/api/v1/auth/token/", {"username": "mallory", "password": "nope"}, format="json")
     assert wrong_password.status_code == wrong_user.status_code == 400
-    assert wrong_password.json() == wrong_user.json() == {
-        "non_field_errors": ["Unable to sign in with that username and password."]
-    }
+    assert (
+        wrong_password.json()
+        == wrong_user.json()
+        == {"non_field_errors": ["Unable to sign in with that username and password."]}
+    )
     assert not ApiToken.objects.filter(name="api").exists()
 
 
@@ -193,7 +195,9 @@ def test_it_keeps_old_drf_keys_working_and_deletes_their_clear_copies(world):
             'CREATE TABLE "authtoken_token" ("key" varchar(40) PRIMARY KEY, "user_id" integer,'
             ' "created" timestamp with time zone)'
         )
-        cursor.execute('INSERT INTO "authtoken_token" VALUES (%s, %s, %s)', [old_key, world.bob.pk, "2026-01-02 03:04:05"])
+        cursor.execute(
+            'INSERT INTO "authtoken_token" VALUES (%s, %s, %s)', [old_key, world.bob.pk, "2026-01-02 03:04:05"]
+        )
     # The migration runs with the models as they were at that migration (ApiToken then lived in quotas).
     historical = MigrationLoader(connection).project_state(("quotas", "0003_api_token")).apps
     migration.carry_over_drf_tokens(historical, SimpleNamespace(connection=connection))
@@ -203,4 +207,3 @@ def test_it_keeps_old_drf_keys_working_and_deletes_their_clear_copies(world):
     carried = ApiToken.objects.get(user=world.bob, name="api")
     assert carried.created_at.year == 2026 and carried.prefix == old_key[:8]
     assert _client_with_key(world, old_key).get("/api/v1/me/").json()["username"] == "bob"
-

@@ -8,13 +8,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from jobs.models import Job, JobEvent
-from quotas import selectors
 from accounts.models import Department, Membership
-from images.models import FrameworkImage
 from clusters.models import GpuPool
-from quotas.models import PriorityClass
+from images.models import FrameworkImage
 from jobs import usage as job_usage
+from jobs.models import Job, JobEvent
+from quotas.models import PriorityClass
 
 
 def at(text: str) -> datetime:
@@ -29,10 +28,18 @@ def held(user, department: str, *, gpus: float, runs: list[tuple[str, str | None
     pool = GpuPool.objects.get(gpu_type="sim")
     still_running = runs[-1][1] is None
     job = Job.objects.create(
-        name="usage", department=Department.objects.get(slug=department), cluster=pool.cluster, pool=pool,
-        submitted_by=user, code_url="https://git.example.com/r.git", command="python train.py",
-        image=FrameworkImage.objects.get(name="python"), priority=PriorityClass.objects.get(name="normal"),
-        workers=1, gpus_per_worker=gpus, status="running" if still_running else ended,
+        name="usage",
+        department=Department.objects.get(slug=department),
+        cluster=pool.cluster,
+        pool=pool,
+        submitted_by=user,
+        code_url="https://git.example.com/r.git",
+        command="python train.py",
+        image=FrameworkImage.objects.get(name="python"),
+        priority=PriorityClass.objects.get(name="normal"),
+        workers=1,
+        gpus_per_worker=gpus,
+        status="running" if still_running else ended,
     )
     first = at(runs[0][0]) if isinstance(runs[0][0], str) else runs[0][0]
     Job.objects.filter(pk=job.pk).update(created_at=first - timedelta(minutes=5))
@@ -79,7 +86,12 @@ def test_it_counts_only_the_part_inside_the_period(world):
 
 
 def test_a_preempted_job_counts_what_each_run_used_and_not_the_wait_between(world):
-    held(world.alice, "vision", gpus=4, runs=[("2025-03-10 10:00", "2025-03-10 10:45"), ("2025-03-10 12:00", "2025-03-10 13:00")])
+    held(
+        world.alice,
+        "vision",
+        gpus=4,
+        runs=[("2025-03-10 10:00", "2025-03-10 10:45"), ("2025-03-10 12:00", "2025-03-10 13:00")],
+    )
     body = usage(world, world.alice, **{"from": "2025-03-10", "to": "2025-03-10"}).json()
     assert body["rows"] == [{"department": "vision", "day": "2025-03-10", "gpu_hours": 7.0}]
 
@@ -87,11 +99,16 @@ def test_a_preempted_job_counts_what_each_run_used_and_not_the_wait_between(worl
 def test_a_running_job_counts_up_to_now(world):
     now = at("2025-03-10 15:00")
     held(world.alice, "vision", gpus=2, runs=[("2025-03-10 12:30", None)])
-    report = job_usage.usage_get(departments=Department.objects.filter(slug="vision"), start="2025-03-10",
-                                 end="2025-03-10", now=now)
+    report = job_usage.usage_get(
+        departments=Department.objects.filter(slug="vision"), start="2025-03-10", end="2025-03-10", now=now
+    )
     assert report.rows() == [{"department": "vision", "day": "2025-03-10", "gpu_hours": 5.0}]
-    later = job_usage.usage_get(departments=Department.objects.filter(slug="vision"), start="2025-03-10",
-                                end="2025-03-11", now=now + timedelta(hours=10))
+    later = job_usage.usage_get(
+        departments=Department.objects.filter(slug="vision"),
+        start="2025-03-10",
+        end="2025-03-11",
+        now=now + timedelta(hours=10),
+    )
     assert later.rows() == [
         {"department": "vision", "day": "2025-03-10", "gpu_hours": 23.0},
         {"department": "vision", "day": "2025-03-11", "gpu_hours": 2.0},
@@ -125,7 +142,11 @@ def test_it_downloads_csv_with_a_header_row(world):
     assert response["Content-Type"].startswith("text/csv")
     assert response["Content-Disposition"] == 'attachment; filename="usage-all-day-2025-03-10-2025-03-11.csv"'
     rows = list(csv.reader(io.StringIO(response.content.decode())))
-    assert rows == [["department", "day", "gpu_hours"], ["vision", "2025-03-10", "4.0"], ["vision", "2025-03-11", "3.0"]]
+    assert rows == [
+        ["department", "day", "gpu_hours"],
+        ["vision", "2025-03-10", "4.0"],
+        ["vision", "2025-03-11", "3.0"],
+    ]
     by_type = usage(world, world.carol, format="csv", group_by="gpu_type", **{"from": "2025-03-10", "to": "2025-03-11"})
     assert by_type.content.decode().splitlines() == ["department,cluster,gpu_type,gpu_hours", "vision,local,sim,7.0"]
 

@@ -15,13 +15,13 @@ import random
 
 import pytest
 
-from core.celery import TransientError
-from jobs import lifecycle, services
 from clusters import services as cluster_services
 from clusters.kube import Kube
+from clusters.models import Cluster
+from core.celery import TransientError
+from jobs import lifecycle, services
 from jobs.executors.manifests import kind_for, resource_name
 from jobs.models import Job
-from clusters.models import Cluster
 
 NS = "portal-vision"
 JOBS = 12
@@ -46,7 +46,9 @@ def cluster(world, kube, monkeypatch):
     cluster.save()
     # The portal's client for this cluster, with a short timeout (a delayed answer is a timeout) and no waits.
     kube_api = Kube(kube.api_client(), retries=3, backoff_seconds=0, timeout_seconds=0.5, sleep=lambda _: None)
-    monkeypatch.setitem(cluster_services._kube_clients, cluster.pk, (json.dumps(cluster.settings, sort_keys=True), kube_api))
+    monkeypatch.setitem(
+        cluster_services._kube_clients, cluster.pk, (json.dumps(cluster.settings, sort_keys=True), kube_api)
+    )
     yield cluster
     kube_api.close()
 
@@ -76,10 +78,19 @@ def test_faults_on_the_cluster_api_lose_nothing_and_leave_nothing_behind(world, 
     client = world.api(world.alice)
     ids = []
     for index in range(JOBS):
-        response = client.post("/api/v1/jobs/", {
-            "name": f"faulty-{index}", "department": "vision", "code_url": "https://git.example.com/r.git",
-            "command": "python train.py", "image": "pytorch", "gpus_per_worker": 1, "workers": rng.choice([1, 2]),
-        }, format="json")
+        response = client.post(
+            "/api/v1/jobs/",
+            {
+                "name": f"faulty-{index}",
+                "department": "vision",
+                "code_url": "https://git.example.com/r.git",
+                "command": "python train.py",
+                "image": "pytorch",
+                "gpus_per_worker": 1,
+                "workers": rng.choice([1, 2]),
+            },
+            format="json",
+        )
         assert response.status_code == 201, response.json()
         ids.append(response.json()["id"])
     cancelled = set(rng.sample(ids, 4))
@@ -119,14 +130,17 @@ def test_faults_on_the_cluster_api_lose_nothing_and_leave_nothing_behind(world, 
         if not Job.objects.exclude(status__in=lifecycle.FINAL).exists():
             break
         # While jobs run, each run has at most one object on the cluster.
-        names = [o["metadata"]["labels"]["portal/job-id"] for kind in ("PyTorchJob",)
-                 for o in kube.list("kubeflow.org/v1", kind, NS)] + \
-                [o["metadata"]["labels"]["portal/job-id"] for o in kube.list("batch/v1", "Job", NS)]
+        names = [
+            o["metadata"]["labels"]["portal/job-id"]
+            for kind in ("PyTorchJob",)
+            for o in kube.list("kubeflow.org/v1", kind, NS)
+        ] + [o["metadata"]["labels"]["portal/job-id"] for o in kube.list("batch/v1", "Job", NS)]
         assert len(names) == len(set(names)), names
 
     hits = [(f.status, f.method, f.delay, f.land, f.hits) for f in faults if f.hits]
     context = f"seed {SEED}, faults that hit: {hits}\n" + "\n".join(
-        f"{job.pk} {job.status} {job.status_message!r}" for job in Job.objects.order_by("pk"))
+        f"{job.pk} {job.status} {job.status_message!r}" for job in Job.objects.order_by("pk")
+    )
     assert len(hits) >= 5 and {(f.delay, f.land) for f in faults if f.hits} >= {(1.0, True), (1.0, False)}, context
     jobs = {job.pk: job for job in Job.objects.all()}
     assert sorted(jobs) == sorted(ids), context
@@ -137,8 +151,11 @@ def test_faults_on_the_cluster_api_lose_nothing_and_leave_nothing_behind(world, 
     # Nothing of a cancelled job is left; finished jobs keep their objects (their pods hold the logs) until
     # the portal forgets them, and then the garbage collection removes them.
     cancelled_runs = {jobs[pk].run_id for pk in cancelled}
-    left = {o["metadata"]["labels"]["portal/job-id"] for api, kind in (("kubeflow.org/v1", "PyTorchJob"), ("batch/v1", "Job"))
-            for o in kube.list(api, kind, NS)}
+    left = {
+        o["metadata"]["labels"]["portal/job-id"]
+        for api, kind in (("kubeflow.org/v1", "PyTorchJob"), ("batch/v1", "Job"))
+        for o in kube.list(api, kind, NS)
+    }
     assert not left & cancelled_runs, context
     Job.objects.all().delete()
     as_celery(services.jobs_collect_garbage)

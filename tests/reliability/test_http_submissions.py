@@ -14,11 +14,11 @@ import httpx
 import pytest
 from django.db import connection
 
-from jobs.models import Job
-from clusters.models import Cluster, GpuPool
 from accounts.models import Department
-from quotas.models import Quota
 from accounts.tokens import token_create
+from clusters.models import Cluster, GpuPool
+from jobs.models import Job
+from quotas.models import Quota
 from tests.processes import Processes
 
 SUBMISSIONS = 200
@@ -43,8 +43,15 @@ def test_200_concurrent_http_submissions_into_room_for_10(world, processes):
     port = processes.web()
     tokens = [token_create(user=user, name="race")[1] for user in (world.alice, world.carol)]
     keys = [str(uuid.uuid4()) for _ in range(SUBMISSIONS)]
-    body = {"name": "race", "department": "vision", "cluster": "race", "code_url": "https://git.example.com/r.git",
-            "command": "python train.py", "image": "python", "gpus_per_worker": 1}
+    body = {
+        "name": "race",
+        "department": "vision",
+        "cluster": "race",
+        "code_url": "https://git.example.com/r.git",
+        "command": "python train.py",
+        "image": "python",
+        "gpus_per_worker": 1,
+    }
 
     def submit(index: int) -> list[tuple[int, dict]]:
         headers = {"Authorization": f"Token {tokens[index % 2]}", "Idempotency-Key": keys[index]}

@@ -18,10 +18,10 @@ import time
 
 import pytest
 
-from jobs import lifecycle
-from jobs.models import Job
 from accounts.models import Department
 from clusters.models import Storage
+from jobs import lifecycle
+from jobs.models import Job
 from tests.jobs.test_job_flow import make_repo
 from tests.processes import Processes
 
@@ -103,9 +103,15 @@ def test_jobs_survive_the_worker_and_beat_being_killed_at_random(world, processe
         for index in range(JOBS):
             # Every fourth job would run for ten minutes: only its cancel can end it (a lost cancel shows).
             seconds = 600 if index % 4 == 0 else rng.uniform(0.2, 1.5)
-            body = {"name": f"chaos-{index}", "department": "vision", "code_url": repo, "command": f"python {script}",
-                    "gpus_per_worker": rng.choice([1, 2]), "env": {"MARKS": "/marks", "SECONDS": f"{seconds:.2f}"},
-                    "mounts": [{"storage": "marks", "path": "/marks"}]}
+            body = {
+                "name": f"chaos-{index}",
+                "department": "vision",
+                "code_url": repo,
+                "command": f"python {script}",
+                "gpus_per_worker": rng.choice([1, 2]),
+                "env": {"MARKS": "/marks", "SECONDS": f"{seconds:.2f}"},
+                "mounts": [{"storage": "marks", "path": "/marks"}],
+            }
             response = client.post("/api/v1/jobs/", body, format="json")
             assert response.status_code == 201, response.json()
             submitted.append(response.json()["id"])
@@ -123,8 +129,9 @@ def test_jobs_survive_the_worker_and_beat_being_killed_at_random(world, processe
     while not settled() and time.monotonic() < deadline:
         time.sleep(0.5)
     context = f"seed {SEED}, kills {chaos.kills}\n" + "\n".join(
-        f"{job.pk} {job.name} {job.status} {job.status_message!r} "
-        f"{list(job.events.values_list('to_status', 'reason'))}" for job in Job.objects.order_by("pk"))
+        f"{job.pk} {job.name} {job.status} {job.status_message!r} {list(job.events.values_list('to_status', 'reason'))}"
+        for job in Job.objects.order_by("pk")
+    )
     assert len(chaos.kills) >= KILLS, context
     assert settled(), context + "\n" + processes.logs()[-20000:]
 

@@ -109,8 +109,12 @@ def start_daemons(marker: str, folder: str) -> dict:
     sleep = shutil.which("sleep")
     pid = os.fork()
     if pid == 0:
-        detach(devnull, lambda: os.execvp("setsid", ["setsid", "-f", sys.executable, "-c", BEAT, f"{marker}-setsid",
-                                                     beats["setsid"]]))
+        detach(
+            devnull,
+            lambda: os.execvp(
+                "setsid", ["setsid", "-f", sys.executable, "-c", BEAT, f"{marker}-setsid", beats["setsid"]]
+            ),
+        )
     os.waitpid(pid, 0)
     if os.fork() == 0:
         detach(devnull, lambda: chain(sleep, marker, beats["chain"]), new_session=True)
@@ -146,15 +150,20 @@ def main() -> int:
     }
 
     # 4. The broker and the datastores.
-    verdict["network"] = {f"{host}:{port}": attempt(lambda h=host, p=port: connect(h, p))
-                          for host, port in hints["tcp"]}
-    verdict["broker_files"] = {path: attempt(lambda p=path: sorted(os.listdir(p)) if os.path.isdir(p) else read(p))
-                               for path in hints["broker_files"]}
+    verdict["network"] = {
+        f"{host}:{port}": attempt(lambda h=host, p=port: connect(h, p)) for host, port in hints["tcp"]
+    }
+    verdict["broker_files"] = {
+        path: attempt(lambda p=path: sorted(os.listdir(p)) if os.path.isdir(p) else read(p))
+        for path in hints["broker_files"]
+    }
 
     # 5. Another department's TensorBoard: its loopback port, and its process.
     board = hints["board"]
-    verdict["board"] = {"connect": attempt(lambda: connect("127.0.0.1", board["port"])),
-                        "kill": attempt(lambda: os.kill(board["pid"], signal.SIGTERM))}
+    verdict["board"] = {
+        "connect": attempt(lambda: connect("127.0.0.1", board["port"])),
+        "kill": attempt(lambda: os.kill(board["pid"], signal.SIGTERM)),
+    }
 
     # 5b. A link in its own TensorBoard folder to vision's, for the portal's TensorBoard (outside) to follow.
     link = os.path.join(os.environ["TENSORBOARD_LOG_DIR"], f"stolen-{hints['marker']}")

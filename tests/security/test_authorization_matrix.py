@@ -14,9 +14,9 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
+from accounts.tokens import token_create
 from tensorboards import services as boards
 from tensorboards.models import TensorBoard
-from accounts.tokens import token_create
 from tests.conftest import PASSWORD
 from tests.security.objects import MissingFixture, Objects, fill_path, marker_found, world_with_objects
 from tests.security.schema_ops import ROLES, expected, openapi, operations
@@ -26,27 +26,49 @@ pytestmark = pytest.mark.django_db
 # Minimal valid bodies, as a member of vision would send them: (METHOD, path) -> body(objects).
 BODIES = {
     ("POST", "/api/v1/auth/token/"): lambda o: {"username": "alice", "password": PASSWORD},
-    ("POST", "/api/v1/jobs/"): lambda o: {"name": "sec-new-job", "department": "vision", "code_url": "https://git.example.com/t/r.git",
-                                          "command": "python train.py", "gpus_per_worker": 0},
+    ("POST", "/api/v1/jobs/"): lambda o: {
+        "name": "sec-new-job",
+        "department": "vision",
+        "code_url": "https://git.example.com/t/r.git",
+        "command": "python train.py",
+        "gpus_per_worker": 0,
+    },
     ("POST", "/api/v1/jobs/{job_id}/clone/"): lambda o: {"name": "sec-clone"},
     ("POST", "/api/v1/tensorboards/"): lambda o: {"jobs": [o.job.pk, o.second_job.pk]},
     ("POST", "/api/v1/models/"): lambda o: {"name": "sec-new-model", "department": "vision"},
     ("POST", "/api/v1/models/{name}/versions/"): lambda o: {"artifact_uri": f"store://{o.model.name}/1/model.joblib"},
     ("PATCH", "/api/v1/models/{name}/versions/{number}/"): lambda o: {"tags": {"checked": "yes"}, "aliases": ["best"]},
-    ("POST", "/api/v1/deployments/"): lambda o: {"name": "sec-new-deploy", "department": "vision", "model": o.model.name,
-                                                 "variants": [{"name": "a", "version": 1, "weight": 100}]},
+    ("POST", "/api/v1/deployments/"): lambda o: {
+        "name": "sec-new-deploy",
+        "department": "vision",
+        "model": o.model.name,
+        "variants": [{"name": "a", "version": 1, "weight": 100}],
+    },
     ("PATCH", "/api/v1/deployments/{name}/"): lambda o: {"sticky": False},
     ("POST", "/api/v1/deployments/{name}/promote/"): lambda o: {"variant": "a"},
-    ("POST", "/api/v1/image-builds/"): lambda o: {"name": "sec-new-image", "department": "vision",
-                                                  "dockerfile": "FROM python:3.11\n"},
+    ("POST", "/api/v1/image-builds/"): lambda o: {
+        "name": "sec-new-image",
+        "department": "vision",
+        "dockerfile": "FROM python:3.11\n",
+    },
     ("PUT", "/api/v1/departments/{slug}/quotas/"): lambda o: [{"cluster": "local", "gpu_type": "sim", "nominal": 4}],
-    ("POST", "/api/v1/departments/{slug}/quotas/preview/"): lambda o: [{"cluster": "local", "gpu_type": "sim", "nominal": 4}],
+    ("POST", "/api/v1/departments/{slug}/quotas/preview/"): lambda o: [
+        {"cluster": "local", "gpu_type": "sim", "nominal": 4}
+    ],
     ("POST", "/api/v1/tokens/"): lambda o: {"name": "sec-new-token"},
-    ("POST", "/api/v1/storage/"): lambda o: {"department": "vision", "name": "sec-new-volume", "kind": "pvc",
-                                             "pvc_name": "sec-claim"},
+    ("POST", "/api/v1/storage/"): lambda o: {
+        "department": "vision",
+        "name": "sec-new-volume",
+        "kind": "pvc",
+        "pvc_name": "sec-claim",
+    },
     ("PATCH", "/api/v1/storage/{storage_id}/"): lambda o: {"description": "checked"},
-    ("POST", "/api/v1/webhooks/"): lambda o: {"name": "sec-new-hook", "department": "vision",
-                                              "url": "https://hooks.example.com/new", "events": ["job.failed"]},
+    ("POST", "/api/v1/webhooks/"): lambda o: {
+        "name": "sec-new-hook",
+        "department": "vision",
+        "url": "https://hooks.example.com/new",
+        "events": ["job.failed"],
+    },
     ("PATCH", "/api/v1/webhooks/{webhook_id}/"): lambda o: {"active": False},
 }
 
@@ -69,8 +91,13 @@ def portal(shared, db):
 
 
 def client_for(world, role: str) -> APIClient:
-    user = {"anonymous": None, "outsider": world.bob, "member": world.alice, "dept_admin": world.carol,
-            "platform_admin": world.admin}[role]
+    user = {
+        "anonymous": None,
+        "outsider": world.bob,
+        "member": world.alice,
+        "dept_admin": world.carol,
+        "platform_admin": world.admin,
+    }[role]
     client = APIClient()
     if user is not None:
         _, key = token_create(user=user, name="security")
@@ -95,8 +122,11 @@ def call(client, operation, objects: Objects, *, query: str = ""):
 
 def assert_no_leak(role: str, url: str, body, response):
     """An outsider sees nothing of vision; vision's people nothing of nlp (beyond what they sent)."""
-    markers = {"outsider": Objects.VISION_MARKERS, "member": Objects.NLP_MARKERS,
-               "dept_admin": Objects.NLP_MARKERS}.get(role, ())
+    markers = {
+        "outsider": Objects.VISION_MARKERS,
+        "member": Objects.NLP_MARKERS,
+        "dept_admin": Objects.NLP_MARKERS,
+    }.get(role, ())
     sent = url + json.dumps(body)
     text = response.content.decode(errors="replace")
     leaked = marker_found([m for m in markers if not marker_found([m], sent)], text)

@@ -35,14 +35,14 @@ from django.test import override_settings
 from django.utils import timezone
 from tensorboardX import SummaryWriter
 
-from tensorboards import services as boards
-from jobs import services
-from clusters import local_procs
-from jobs.models import Job
-from tensorboards.models import TensorBoard
-from clusters.models import Cluster
 from accounts.models import Department
+from clusters import local_procs
+from clusters.models import Cluster
 from clusters.storage import storage_create
+from jobs import services
+from jobs.models import Job
+from tensorboards import services as boards
+from tensorboards.models import TensorBoard
 from tests.conftest import World
 from tests.jobs.executor_contract import slow_package
 from tests.jobs.test_job_flow import make_repo
@@ -51,8 +51,10 @@ from tests.processes import Processes
 from tests.security import hostile
 
 # The database mark makes pytest-django create the test database even when only scenario tests are selected.
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local executor needs Linux"),
-              pytest.mark.django_db]
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local executor needs Linux"),
+    pytest.mark.django_db,
+]
 
 FINAL = {"succeeded", "failed", "cancelled"}
 CORPUS = "the nlp corpus, put there by the test\n"
@@ -143,8 +145,11 @@ def log_of(world: World, user, job_id: int) -> str:
 
 
 def ended(world: World, user, job_id: int, *, timeout: float = 60) -> dict:
-    return hostile.wait_for(lambda: (j := job_of(world, user, job_id))["status"] in FINAL and j, timeout=timeout,
-                            what=f"job {job_id} to end")
+    return hostile.wait_for(
+        lambda: (j := job_of(world, user, job_id))["status"] in FINAL and j,
+        timeout=timeout,
+        what=f"job {job_id} to end",
+    )
 
 
 def in_use(world: World, user, department: str) -> float:
@@ -220,8 +225,9 @@ def attack(request, portal, django_db_blocker, tmp_path_factory) -> Outcome:
         world = None
         try:
             world = World(folder / "world")
-            return play(world, isolation=isolation, marker=marker, folder=folder, portal=portal,
-                        demo_password=demo_password)
+            return play(
+                world, isolation=isolation, marker=marker, folder=folder, portal=portal, demo_password=demo_password
+            )
         except BaseException:
             print(portal.processes.logs())
             raise
@@ -240,21 +246,32 @@ def play(world: World, *, isolation: str, marker: str, folder: Path, portal: Por
     (corpus / "hello.txt").write_text(CORPUS)
     for path in (corpus, scratch):
         path.chmod(0o777)  # so that only a read-only mount can refuse a write there
-    storage_create(actor=world.admin, department=Department.objects.get(slug="nlp"), name="nlp-scratch",
-                   kind="local", local_path=str(scratch))
+    storage_create(
+        actor=world.admin,
+        department=Department.objects.get(slug="nlp"),
+        name="nlp-scratch",
+        kind="local",
+        local_path=str(scratch),
+    )
 
     # alice's vision job runs, and her TensorBoard serves.
     vision_repo = make_repo(folder / "vision-repo", {"vision.py": VISION_PY})
-    vision_fields = {"department": "vision", "code_url": vision_repo, "command": "python vision.py",
-                     "tensorboard": True, "mounts": [{"storage": "vision-datasets", "path": "/data/vision",
-                                                      "read_only": True}]}
+    vision_fields = {
+        "department": "vision",
+        "code_url": vision_repo,
+        "command": "python vision.py",
+        "tensorboard": True,
+        "mounts": [{"storage": "vision-datasets", "path": "/data/vision", "read_only": True}],
+    }
     vision = submit(world, world.alice, name="vision", **vision_fields)
     alice = world.api(world.alice)
     assert alice.post(f"/api/v1/jobs/{vision['id']}/tensorboard/").status_code == 200
     hostile.wait_for(lambda: "vision running" in log_of(world, world.alice, vision["id"]), what="the vision job to run")
     assert job_of(world, world.alice, vision["id"])["status"] == "running"
-    hostile.wait_for(lambda: alice.get(f"/api/v1/jobs/{vision['id']}/tensorboard/").json()["status"] == "running",
-                     what="alice's TensorBoard to run")
+    hostile.wait_for(
+        lambda: alice.get(f"/api/v1/jobs/{vision['id']}/tensorboard/").json()["status"] == "running",
+        what="alice's TensorBoard to run",
+    )
     board = TensorBoard.objects.get(key=f"job:{vision['id']}")
     vision_dir = hostile.job_folder(vision["id"])
     vision_events = hostile.executor_root() / "tensorboard" / Job.objects.get(pk=vision["id"]).storage_key / "run-0"
@@ -268,9 +285,12 @@ def play(world: World, *, isolation: str, marker: str, folder: Path, portal: Por
         "pids": {"test": os.getpid(), "worker": portal.worker_pid},
         "secret_files": secret_files(demo_password),
         "vision": {
-            "files": {"code": str(vision_dir / "code" / "vision.py"), "launch": str(vision_dir / "launch.json"),
-                      "log": str(vision_dir / "logs" / "worker-0.log"),
-                      "output": str(vision_dir / "output" / "model.txt")},
+            "files": {
+                "code": str(vision_dir / "code" / "vision.py"),
+                "launch": str(vision_dir / "launch.json"),
+                "log": str(vision_dir / "logs" / "worker-0.log"),
+                "output": str(vision_dir / "output" / "model.txt"),
+            },
             "output": str(vision_dir / "output"),
             "site_packages": str(vision_site),
             "tensorboard": str(vision_events),
@@ -278,16 +298,28 @@ def play(world: World, *, isolation: str, marker: str, folder: Path, portal: Por
         "tcp": datastore_targets(),
         "broker_files": broker_files(),
         "board": {"pid": board.pid, "port": board.port},
-        "mounts": {"read_only": {"env": "PORTAL_DATA_NLP_CORPORA", "path": "/data/corpus"},
-                   "writable": {"env": "PORTAL_DATA_NLP_SCRATCH", "path": "/data/scratch"}},
+        "mounts": {
+            "read_only": {"env": "PORTAL_DATA_NLP_CORPORA", "path": "/data/corpus"},
+            "writable": {"env": "PORTAL_DATA_NLP_SCRATCH", "path": "/data/scratch"},
+        },
     }
-    attack_repo = make_repo(folder / "attack-repo", {"probe.py": hostile.PROBE.read_text(),
-                                                     "hints.json": json.dumps(hints, indent=1)})
+    attack_repo = make_repo(
+        folder / "attack-repo", {"probe.py": hostile.PROBE.read_text(), "hints.json": json.dumps(hints, indent=1)}
+    )
 
     # bob's job.
-    attack = submit(world, world.bob, department="nlp", code_url=attack_repo, command="python probe.py",
-                    tensorboard=True, mounts=[{"storage": "nlp-corpora", "path": "/data/corpus", "read_only": True},
-                            {"storage": "nlp-scratch", "path": "/data/scratch", "read_only": False}])
+    attack = submit(
+        world,
+        world.bob,
+        department="nlp",
+        code_url=attack_repo,
+        command="python probe.py",
+        tensorboard=True,
+        mounts=[
+            {"storage": "nlp-corpora", "path": "/data/corpus", "read_only": True},
+            {"storage": "nlp-scratch", "path": "/data/scratch", "read_only": False},
+        ],
+    )
     attack = ended(world, world.bob, attack["id"])
     nlp_in_use = in_use(world, world.bob, "nlp")
     left_behind = hostile.host_processes(marker)
@@ -300,18 +332,27 @@ def play(world: World, *, isolation: str, marker: str, folder: Path, portal: Por
 
     # alice's board afterwards.
     board_alive = local_procs.alive(board.pid, int(board.handle) if board.handle else None)
-    proxy_status = fetch(f"/tensorboard/{vision['id']}/data/plugin/scalars/tags", user=world.alice)[0].status_code \
-        if board_alive else 0
+    proxy_status = (
+        fetch(f"/tensorboard/{vision['id']}/data/plugin/scalars/tags", user=world.alice)[0].status_code
+        if board_alive
+        else 0
+    )
 
     # bob's own board, with a run of his own to show (so that it is known to have looked at his folder).
-    write_scalar(hostile.executor_root() / "tensorboard" / Job.objects.get(pk=attack["id"]).storage_key / "run-0", "nlp_loss")
+    write_scalar(
+        hostile.executor_root() / "tensorboard" / Job.objects.get(pk=attack["id"]).storage_key / "run-0", "nlp_loss"
+    )
     bob = world.api(world.bob)
     assert bob.post(f"/api/v1/jobs/{attack['id']}/tensorboard/").status_code == 200
-    hostile.wait_for(lambda: bob.get(f"/api/v1/jobs/{attack['id']}/tensorboard/").json()["status"] == "running",
-                     what="bob's TensorBoard to run")
+    hostile.wait_for(
+        lambda: bob.get(f"/api/v1/jobs/{attack['id']}/tensorboard/").json()["status"] == "running",
+        what="bob's TensorBoard to run",
+    )
     bob_tags = hostile.wait_for(
         lambda: (t := board_tags(attack["id"], world.bob)) and any("nlp_loss" in v for v in t.values()) and t,
-        what="bob's board to show his run", timeout=30)
+        what="bob's board to show his run",
+        timeout=30,
+    )
 
     # bob names the vision job's code folder as his code_url.
     cloned = submit(world, world.bob, name="clone-vision", department="nlp", code_url=f"file://{vision_dir / 'code'}")
@@ -327,13 +368,24 @@ def play(world: World, *, isolation: str, marker: str, folder: Path, portal: Por
     next_env = (hostile.job_folder(following["id"]) / "output" / "env.txt").read_text().strip()
 
     return Outcome(
-        isolation=isolation, hints=hints, verdict=verdict, attack=attack, attack_log=attack_log,
+        isolation=isolation,
+        hints=hints,
+        verdict=verdict,
+        attack=attack,
+        attack_log=attack_log,
         attack_site=str(hostile.env_site_packages(attack["id"], attack_log, isolation=isolation)),
         nlp_in_use_after_attack=nlp_in_use,
-        left_behind=left_behind, heartbeat_went_on=went_on, board_alive_after=board_alive,
-        board_proxy_status=proxy_status, bob_board_tags=bob_tags, refused=cloned, vision=vision, vision_output=output,
+        left_behind=left_behind,
+        heartbeat_went_on=went_on,
+        board_alive_after=board_alive,
+        board_proxy_status=proxy_status,
+        bob_board_tags=bob_tags,
+        refused=cloned,
+        vision=vision,
+        vision_output=output,
         next_vision_env=next_env,
-        corpus_files=sorted(p.name for p in corpus.iterdir()), scratch_files=sorted(p.name for p in scratch.iterdir()),
+        corpus_files=sorted(p.name for p in corpus.iterdir()),
+        scratch_files=sorted(p.name for p in scratch.iterdir()),
         allocated_at_end=allocated(world),
     )
 
@@ -374,8 +426,11 @@ def clean_up(world: World | None, marker: str) -> None:
     for board in TensorBoard.objects.exclude(pid=None):
         boards.board_stop(board=board)
         started = int(board.handle) if board.handle else None
-        hostile.wait_for(lambda board=board, started=started: not local_procs.alive(board.pid, started),
-                         what=f"TensorBoard {board.pk} to end", timeout=15)
+        hostile.wait_for(
+            lambda board=board, started=started: not local_procs.alive(board.pid, started),
+            what=f"TensorBoard {board.pk} to end",
+            timeout=15,
+        )
     call_command("flush", interactive=False, verbosity=0, database="default")
 
 
@@ -456,8 +511,11 @@ def test_5_it_cannot_reach_nor_kill_another_departments_tensorboard(attack):
 
 def test_5b_its_own_tensorboard_shows_nothing_of_another_departments(attack):
     assert attack.verdict["tensorboard_link"]["ok"], "a job may make links in its own folders"
-    leaked = {run: tags for run, tags in attack.bob_board_tags.items()
-              if attack.hints["marker"] in run and "vision_secret_loss" in tags}
+    leaked = {
+        run: tags
+        for run, tags in attack.bob_board_tags.items()
+        if attack.hints["marker"] in run and "vision_secret_loss" in tags
+    }
     if attack.sandboxed:
         assert leaked == {}, leaked  # the board's own sandbox has no such folder for the link to lead to
     else:
@@ -492,8 +550,11 @@ def test_7_a_read_only_mount_refuses_writes_at_the_path_asked_for(attack):
 def test_9_the_vision_job_is_untouched(attack):
     assert attack.vision["status"] == "succeeded", attack.vision
     if attack.sandboxed:
-        assert attack.vision_output == {"done.txt": "finished\n", "env.txt": "clean\n",
-                                        "model.txt": "vision weights v1\n"}
+        assert attack.vision_output == {
+            "done.txt": "finished\n",
+            "env.txt": "clean\n",
+            "model.txt": "vision weights v1\n",
+        }
     else:
         assert "pwned.txt" in attack.vision_output
 

@@ -15,11 +15,11 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import AsyncClient, Client
 
+from accounts.tokens import token_create
 from config.asgi import application
+from serving import router
 from tensorboards import proxy
 from tensorboards.models import TensorBoard
-from serving import router
-from accounts.tokens import token_create
 from tests.security.objects import build_objects
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -38,8 +38,13 @@ def portal(world, settings, tmp_path):
 
 
 def user_of(world, role):
-    return {"anonymous": None, "outsider": world.bob, "member": world.alice, "dept_admin": world.carol,
-            "platform_admin": world.admin}[role]
+    return {
+        "anonymous": None,
+        "outsider": world.bob,
+        "member": world.alice,
+        "dept_admin": world.carol,
+        "platform_admin": world.admin,
+    }[role]
 
 
 def ws_outcome(path: str, user) -> tuple[bool, int | None]:
@@ -47,7 +52,9 @@ def ws_outcome(path: str, user) -> tuple[bool, int | None]:
     if user is not None:
         client = Client()
         client.force_login(user)
-        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode()))
+        headers.append(
+            (b"cookie", f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode())
+        )
 
     async def connect():
         communicator = WebsocketCommunicator(application, path, headers=headers)
@@ -91,8 +98,12 @@ def fetch(path: str, user, *, method: str = "get", accept: str = "*/*"):
 def test_the_tensorboard_proxy_hides_vision_boards_before_anything_starts(portal, role):
     world, objects = portal
     user = user_of(world, role)
-    for path in (f"/tensorboard/{objects.job.pk}/", f"/tensorboard/{objects.job.pk}/data/runs",
-                 f"/tensorboard/compare/{objects.board.pk}/", f"/tensorboard/compare/{objects.board.pk}/data/runs"):
+    for path in (
+        f"/tensorboard/{objects.job.pk}/",
+        f"/tensorboard/{objects.job.pk}/data/runs",
+        f"/tensorboard/compare/{objects.board.pk}/",
+        f"/tensorboard/compare/{objects.board.pk}/data/runs",
+    ):
         for method in ("get", "post"):
             response, body = fetch(path, user, method=method)
             want = 401 if role == "anonymous" else 404

@@ -43,8 +43,11 @@ def parameters(route: str) -> list[tuple[str, str]]:
     return found
 
 
-PAGES = sorted(route for route in routes() if not route.startswith(tuple("/" + p for p in OTHER))
-               and parameters(route) and not set(parameters(route)) & SHARED)
+PAGES = sorted(
+    route
+    for route in routes()
+    if not route.startswith(tuple("/" + p for p in OTHER)) and parameters(route) and not set(parameters(route)) & SHARED
+)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +96,9 @@ def test_an_anonymous_visitor_is_sent_to_sign_in(portal, route):
         response = getattr(browser(None), method)(url)
         if method == "get" and response.status_code == 405:
             continue
-        assert response.status_code == 302 and response["Location"].startswith("/login/"), \
+        assert response.status_code == 302 and response["Location"].startswith("/login/"), (
             f"{method.upper()} {url}: {response.status_code}"
+        )
 
 
 @pytest.mark.parametrize("route", PAGES)

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
+from accounts.tokens import token_create
 from tensorboards import services as boards
 from tensorboards.models import TensorBoard
-from accounts.tokens import token_create
 from tests.security.objects import world_with_objects
 from tests.security.schema_ops import openapi
 
@@ -29,7 +29,6 @@ pytestmark = pytest.mark.django_db
 
 EXAMPLES = 12
 CHECKS = [not_a_server_error, response_schema_conformance]
-
 
 
 def fuzzed_document() -> dict:
@@ -70,8 +69,9 @@ def app(shared, db, settings):
 
 
 @schema.parametrize()
-@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=EXAMPLES, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 def test_no_server_error_and_answers_as_documented(app, shared, case):
     world, _ = shared
     for user in (world.admin, world.alice):

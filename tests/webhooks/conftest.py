@@ -102,6 +102,7 @@ class Sent:
 @dataclass
 class Broker:
     """Records what the portal asks Celery to run (send_task and a task's retry) instead of queueing it."""
+
     sent: list[Sent] = field(default_factory=list)
     done: list[Sent] = field(default_factory=list)
 
@@ -125,8 +126,15 @@ def run_task(sent: Sent) -> None:
     """Run a task as a worker would, so that its self.retry goes to the broker rather than raising at once."""
     assert webhook_tasks.deliver.name in celery_app.tasks
     task = celery_app.tasks[sent.task]
-    task.push_request(id=f"test-{sent.task}-{sent.retries}", args=sent.args, kwargs={}, retries=sent.retries,
-                      called_directly=False, is_eager=False, delivery_info={})
+    task.push_request(
+        id=f"test-{sent.task}-{sent.retries}",
+        args=sent.args,
+        kwargs={},
+        retries=sent.retries,
+        called_directly=False,
+        is_eager=False,
+        delivery_info={},
+    )
     try:
         task.run(*sent.args)
     except Retry:
@@ -144,7 +152,9 @@ def broker(monkeypatch) -> Broker:
 
     def apply_async(signature, args=None, kwargs=None, **options):
         options = {**signature.options, **options}
-        recorder.sent.append(Sent(signature.task, list(signature.args), options.get("countdown"), options.get("retries", 0)))
+        recorder.sent.append(
+            Sent(signature.task, list(signature.args), options.get("countdown"), options.get("retries", 0))
+        )
 
     monkeypatch.setattr(celery_app, "send_task", send_task)
     monkeypatch.setattr(Signature, "apply_async", apply_async)
@@ -169,7 +179,12 @@ def webhook_for(receiver: Receiver, world, *, department: str = "vision", events
     """A webhook made through the service, as a dept admin would; the receiver learns its secret."""
     from accounts.models import Department
 
-    webhook = services.webhook_create(actor=world.admin, department=Department.objects.get(slug=department), name=name,
-                                      url=receiver.url, events=ALL_EVENTS if events is None else events)
+    webhook = services.webhook_create(
+        actor=world.admin,
+        department=Department.objects.get(slug=department),
+        name=name,
+        url=receiver.url,
+        events=ALL_EVENTS if events is None else events,
+    )
     receiver.secret = webhook.secret
     return webhook

@@ -26,14 +26,25 @@ def client(world, who: str):
 
 
 def a_webhook(world, name: str) -> Webhook:
-    return services.webhook_create(actor=world.carol, department=Department.objects.get(slug="vision"), name=name,
-                                   url="https://hooks.example.com/portal", events=["job.failed", "job.succeeded"])
+    return services.webhook_create(
+        actor=world.carol,
+        department=Department.objects.get(slug="vision"),
+        name=name,
+        url="https://hooks.example.com/portal",
+        events=["job.failed", "job.succeeded"],
+    )
 
 
 def a_finished_delivery(webhook: Webhook) -> Delivery:
-    return Delivery.objects.create(webhook=webhook, event="job.failed", event_id="0b7c3c9e-6c5e-4b43-9a43-1f1f0e6f9a10",
-                                   payload={"id": "0b7c3c9e-6c5e-4b43-9a43-1f1f0e6f9a10", "event": "job.failed"},
-                                   status="failed", attempts=8, response_code=500)
+    return Delivery.objects.create(
+        webhook=webhook,
+        event="job.failed",
+        event_id="0b7c3c9e-6c5e-4b43-9a43-1f1f0e6f9a10",
+        payload={"id": "0b7c3c9e-6c5e-4b43-9a43-1f1f0e6f9a10", "event": "job.failed"},
+        status="failed",
+        attempts=8,
+        response_code=500,
+    )
 
 
 # (method, path, body, expected status for anonymous, bob, alice, carol, admin)
@@ -54,7 +65,9 @@ def test_every_endpoint_lets_members_read_admins_change_and_hides_it_from_outsid
     for who in USERS:
         webhook = a_webhook(api, f"hook-{who}")
         delivery = a_finished_delivery(webhook)
-        response = getattr(client(api, who), method)(path.format(id=webhook.pk, delivery=delivery.pk), body, format="json")
+        response = getattr(client(api, who), method)(
+            path.format(id=webhook.pk, delivery=delivery.pk), body, format="json"
+        )
         answers.append(response.status_code)
         if response.status_code == 200 and "secret" in response.json():
             assert path.endswith("rotate-secret/") and response.json()["secret"] != webhook.secret
@@ -74,10 +87,16 @@ def test_the_list_shows_a_departments_webhooks_to_its_members_only(api):
 
 
 def test_creating_is_for_the_departments_admins_and_shows_the_secret_once(api):
-    answers = {who: client(api, who).post("/api/v1/webhooks/", {**HOOK, "name": f"ci-{who}"}, format="json")
-               for who in USERS}
+    answers = {
+        who: client(api, who).post("/api/v1/webhooks/", {**HOOK, "name": f"ci-{who}"}, format="json") for who in USERS
+    }
     assert {who: r.status_code for who, r in answers.items()} == {
-        "anonymous": 401, "bob": 400, "alice": 403, "carol": 201, "admin": 201}
+        "anonymous": 401,
+        "bob": 400,
+        "alice": 403,
+        "carol": 201,
+        "admin": 201,
+    }
     assert answers["bob"].json() == {"department": ["You are not a member of a department called 'vision'."]}
     created = answers["carol"].json()
     assert created["events"] == ["job.failed"] and created["active"] is True
@@ -90,18 +109,30 @@ def test_creating_is_for_the_departments_admins_and_shows_the_secret_once(api):
 
 
 def test_every_problem_is_named_with_what_to_do(api):
-    response = client(api, "carol").post("/api/v1/webhooks/", {
-        "name": "", "department": "vision", "url": "ftp://user:pw@files.example.com/x", "events": ["job.done", "ping"],
-        "active": "maybe", "secret": "mine"}, format="json")
+    response = client(api, "carol").post(
+        "/api/v1/webhooks/",
+        {
+            "name": "",
+            "department": "vision",
+            "url": "ftp://user:pw@files.example.com/x",
+            "events": ["job.done", "ping"],
+            "active": "maybe",
+            "secret": "mine",
+        },
+        format="json",
+    )
     assert response.status_code == 400
     errors = response.json()
     assert set(errors) == {"name", "url", "events", "active", "secret"}
-    assert errors["url"] == ["Use an http:// or https:// URL.",
-                             "Do not put a user name or password in the URL; the signature authenticates deliveries."]
+    assert errors["url"] == [
+        "Use an http:// or https:// URL.",
+        "Do not put a user name or password in the URL; the signature authenticates deliveries.",
+    ]
     assert errors["events"][0].startswith("Unknown event 'job.done'; choose from: job.succeeded, job.failed")
     assert errors["secret"] == ["Unknown field."]
     assert client(api, "carol").post("/api/v1/webhooks/", {**HOOK, "events": []}, format="json").json() == {
-        "events": ["Choose at least one event to send."]}
+        "events": ["Choose at least one event to send."]
+    }
     assert Webhook.objects.count() == 0
 
 
@@ -117,8 +148,11 @@ def test_a_name_is_unique_in_its_department_and_the_department_cannot_change(api
 
 def test_a_patch_changes_only_what_it_names_and_is_audited(api):
     webhook = a_webhook(api, "ci")
-    response = client(api, "carol").patch(f"/api/v1/webhooks/{webhook.pk}/", {
-        "events": ["model.alias_moved", "job.failed"], "url": "https://other.example.com/x"}, format="json")
+    response = client(api, "carol").patch(
+        f"/api/v1/webhooks/{webhook.pk}/",
+        {"events": ["model.alias_moved", "job.failed"], "url": "https://other.example.com/x"},
+        format="json",
+    )
     assert response.status_code == 200
     assert response.json()["events"] == ["job.failed", "model.alias_moved"]  # in the catalogue's order
     assert response.json()["name"] == "ci" and response.json()["url"] == "https://other.example.com/x"
@@ -130,8 +164,9 @@ def test_a_patch_changes_only_what_it_names_and_is_audited(api):
 def test_the_delivery_log_is_newest_first_and_a_pending_one_cannot_be_redelivered(api):
     webhook = a_webhook(api, "ci")
     old = a_finished_delivery(webhook)
-    new = Delivery.objects.create(webhook=webhook, event="ping", event_id="1b7c3c9e-6c5e-4b43-9a43-1f1f0e6f9a10",
-                                  payload={"event": "ping"})
+    new = Delivery.objects.create(
+        webhook=webhook, event="ping", event_id="1b7c3c9e-6c5e-4b43-9a43-1f1f0e6f9a10", payload={"event": "ping"}
+    )
     alice = client(api, "alice")
     log = alice.get(f"/api/v1/webhooks/{webhook.pk}/deliveries/").json()
     assert [d["id"] for d in log["results"]] == [new.pk, old.pk] and log["count"] == 2

@@ -35,10 +35,13 @@ def test_the_console_links_the_webhooks_page_and_it_invites_to_add_one(carol):
 
 
 def test_adding_a_webhook_shows_its_secret_once(carol, receiver):
-    page = html(carol.post(PAGE, {"name": "ci", "url": receiver.url, "events": ["job.failed", "job.succeeded"],
-                                  "active": "on"}))
+    page = html(
+        carol.post(PAGE, {"name": "ci", "url": receiver.url, "events": ["job.failed", "job.succeeded"], "active": "on"})
+    )
     webhook = Webhook.objects.get(name="ci")
-    assert webhook.events == ["job.succeeded", "job.failed"] and webhook.active and webhook.created_by.username == "carol"
+    assert (
+        webhook.events == ["job.succeeded", "job.failed"] and webhook.active and webhook.created_by.username == "carol"
+    )
     assert "Copy the secret now: it is not shown again." in page and webhook.secret in page
     assert "Standard Webhooks" in page and "Webhook(secret).verify(body, headers)" in page
     assert "<code>webhook-signature</code>" in page and "<code>webhook-id</code>" in page
@@ -56,8 +59,9 @@ def test_a_rejected_webhook_says_why_beside_the_fields(carol, settings):
     assert Webhook.objects.count() == 0
 
 
-def test_ping_then_the_log_shows_status_attempts_code_and_excerpt_and_redeliver(carol, hooks, receiver, broker,
-                                                                                 django_capture_on_commit_callbacks):
+def test_ping_then_the_log_shows_status_attempts_code_and_excerpt_and_redeliver(
+    carol, hooks, receiver, broker, django_capture_on_commit_callbacks
+):
     webhook = webhook_for(receiver, hooks)
     receiver.answers = [500]
     with django_capture_on_commit_callbacks(execute=True):
@@ -66,8 +70,8 @@ def test_ping_then_the_log_shows_status_attempts_code_and_excerpt_and_redeliver(
     broker.run_all()
     log = html(carol.get(response["Location"]))
     assert "Ping queued for ci" in log
-    row = log[log.index('<tr id="delivery-'):]
-    row = row[:row.index("</tr>")]
+    row = log[log.index('<tr id="delivery-') :]
+    row = row[: row.index("</tr>")]
     assert "<code>ping</code>" in row and '<span class="status status-succeeded">Delivered</span>' in row
     assert '<td class="num">2</td>' in row and "<code>HTTP 200</code>" in row
     delivery = Delivery.objects.get(webhook=webhook)
@@ -79,8 +83,9 @@ def test_ping_then_the_log_shows_status_attempts_code_and_excerpt_and_redeliver(
     assert len(re.findall(r'<tr id="delivery-\d+">', log)) == 2 and len(receiver.requests) == 3
 
 
-def test_a_failing_delivery_shows_the_error_and_the_next_attempt(carol, hooks, receiver, broker,
-                                                                 django_capture_on_commit_callbacks):
+def test_a_failing_delivery_shows_the_error_and_the_next_attempt(
+    carol, hooks, receiver, broker, django_capture_on_commit_callbacks
+):
     webhook = webhook_for(receiver, hooks)
     receiver.answers = [502]
     with django_capture_on_commit_callbacks(execute=True):

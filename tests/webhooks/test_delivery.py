@@ -17,32 +17,39 @@ from django.utils import timezone
 from standardwebhooks import Webhook as StandardWebhook
 from standardwebhooks import WebhookVerificationError
 
-from core.errors import Conflict, InvalidInput
 from accounts.models import AuditEvent, Department
+from core.errors import Conflict, InvalidInput
 from tests.webhooks.conftest import Sent, run_task, webhook_for
 from webhooks import services, signing
 from webhooks.models import Delivery, Webhook
 
 # The test vector of the Standard Webhooks specification's libraries (secret, id, timestamp, body, signature).
-VECTOR = ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330,
-          b'{"test": 2432232314}', "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+VECTOR = (
+    "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    "msg_p5jXN8AQM9LWM0D4loKWxJek",
+    1614265330,
+    b'{"test": 2432232314}',
+    "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+)
 # A secret as the portal made them before Standard Webhooks ("whsec_" + secrets.token_urlsafe(32)).
 LEGACY_SECRET = "whsec_gAzwL_gkQRt43y6pBdqRyh2Cx-B0_caWDE6J20A7kik"
 
 
 def emit(department: str = "vision", event: str = "job.failed", data: dict | None = None) -> list[Delivery]:
-    return services.event_emit(department=Department.objects.get(slug=department), event=event,
-                               data=data if data is not None else {"id": 7})
+    return services.event_emit(
+        department=Department.objects.get(slug=department), event=event, data=data if data is not None else {"id": 7}
+    )
 
 
-def test_a_delivery_is_a_signed_json_post_that_a_receiver_can_verify(hooks, receiver, broker,
-                                                                     django_capture_on_commit_callbacks):
+def test_a_delivery_is_a_signed_json_post_that_a_receiver_can_verify(
+    hooks, receiver, broker, django_capture_on_commit_callbacks
+):
     webhook = webhook_for(receiver, hooks)
     with django_capture_on_commit_callbacks(execute=True):
-        delivery, = emit(data={"id": 7, "name": "digits"})
+        (delivery,) = emit(data={"id": 7, "name": "digits"})
     assert [(s.task, s.args) for s in broker.webhook_tasks()] == [("webhooks.tasks.deliver", [delivery.pk, 1])]
     broker.run_all()
-    request, = receiver.requests
+    (request,) = receiver.requests
     assert request.signature_ok, request.refusal
     assert request.path == "/portal-hook"
     assert request.headers["content-type"] == "application/json"
@@ -64,8 +71,9 @@ def test_a_delivery_is_a_signed_json_post_that_a_receiver_can_verify(hooks, rece
 
 def test_the_signature_is_the_specifications_hmac_of_id_timestamp_and_body():
     secret, message_id, timestamp, body, expected = VECTOR
-    headers = signing.delivery_headers(secret=secret, event="ping", message_id=message_id, timestamp=timestamp,
-                                       body=body)
+    headers = signing.delivery_headers(
+        secret=secret, event="ping", message_id=message_id, timestamp=timestamp, body=body
+    )
     assert headers["webhook-signature"] == expected
     # The same, written out from the specification without the library.
     key = base64.b64decode(secret.removeprefix("whsec_"))
@@ -74,10 +82,16 @@ def test_the_signature_is_the_specifications_hmac_of_id_timestamp_and_body():
     assert (headers["webhook-id"], headers["webhook-timestamp"]) == (message_id, "1614265330")
 
 
-def signed(secret: str, body: bytes, *, message_id: str = "3f1c9a52-6d1e-4a77-9b0e-2f64c1d0a8b5",
-           sent: int | None = None) -> dict[str, str]:
-    return signing.delivery_headers(secret=secret, event="ping", message_id=message_id,
-                                    timestamp=int(time.time()) if sent is None else sent, body=body)
+def signed(
+    secret: str, body: bytes, *, message_id: str = "3f1c9a52-6d1e-4a77-9b0e-2f64c1d0a8b5", sent: int | None = None
+) -> dict[str, str]:
+    return signing.delivery_headers(
+        secret=secret,
+        event="ping",
+        message_id=message_id,
+        timestamp=int(time.time()) if sent is None else sent,
+        body=body,
+    )
 
 
 def test_a_standard_webhooks_receiver_refuses_a_changed_body_id_or_time_another_secret_or_a_stale_timestamp():
@@ -131,9 +145,9 @@ def test_a_secret_made_before_keeps_signing_both_ways_and_converts_as_documented
     converted = "whsec_" + LEGACY_SECRET.removeprefix("whsec_").replace("-", "+").replace("_", "/") + "="
     assert signing.standard_secret(LEGACY_SECRET) == converted
     receiver.secret, receiver.legacy_secret = converted, LEGACY_SECRET
-    delivery, = emit()
+    (delivery,) = emit()
     run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
-    request, = receiver.requests
+    (request,) = receiver.requests
     assert request.legacy_signature_ok  # the receiver that checks X-Portal-Signature notices nothing
     assert request.signature_ok, request.refusal
     # Why the conversion is needed: a Standard Webhooks library does not read the URL-safe alphabet.
@@ -141,15 +155,20 @@ def test_a_secret_made_before_keeps_signing_both_ways_and_converts_as_documented
         StandardWebhook(LEGACY_SECRET).verify(request.body, request.headers)
 
 
-def test_a_failing_receiver_gets_the_event_again_after_the_backoff_with_the_same_id(hooks, receiver, broker,
-                                                                                   django_capture_on_commit_callbacks):
+def test_a_failing_receiver_gets_the_event_again_after_the_backoff_with_the_same_id(
+    hooks, receiver, broker, django_capture_on_commit_callbacks
+):
     webhook_for(receiver, hooks)
     receiver.answers = [500, 500, 200]
     with django_capture_on_commit_callbacks(execute=True):
-        delivery, = emit()
+        (delivery,) = emit()
     runs = broker.run_all()
     # What Celery was asked: attempt 1 at once, attempt 2 after 10 s, attempt 3 after 30 s.
-    assert [(s.args, s.countdown) for s in runs] == [([delivery.pk, 1], None), ([delivery.pk, 2], 10), ([delivery.pk, 3], 30)]
+    assert [(s.args, s.countdown) for s in runs] == [
+        ([delivery.pk, 1], None),
+        ([delivery.pk, 2], 10),
+        ([delivery.pk, 3], 30),
+    ]
     assert len(receiver.requests) == 3
     assert {r.headers["webhook-id"] for r in receiver.requests} == {str(delivery.event_id)}
     assert {r.headers["x-portal-delivery"] for r in receiver.requests} == {str(delivery.event_id)}
@@ -158,12 +177,13 @@ def test_a_failing_receiver_gets_the_event_again_after_the_backoff_with_the_same
     assert (delivery.status, delivery.attempts, delivery.response_code, delivery.error) == ("delivered", 3, 200, "")
 
 
-def test_it_gives_up_after_eight_attempts_and_records_the_last_answer(hooks, receiver, broker,
-                                                                      django_capture_on_commit_callbacks):
+def test_it_gives_up_after_eight_attempts_and_records_the_last_answer(
+    hooks, receiver, broker, django_capture_on_commit_callbacks
+):
     webhook_for(receiver, hooks)
     receiver.answers = [503] * 20
     with django_capture_on_commit_callbacks(execute=True):
-        delivery, = emit()
+        (delivery,) = emit()
     runs = broker.run_all()
     assert [s.countdown for s in runs] == [None, 10, 30, 120, 600, 3600, 3 * 3600, 6 * 3600]
     assert len(receiver.requests) == services.MAX_ATTEMPTS == 8
@@ -175,7 +195,7 @@ def test_it_gives_up_after_eight_attempts_and_records_the_last_answer(hooks, rec
 def test_a_pending_delivery_shows_when_it_is_tried_next(hooks, receiver, broker):
     webhook_for(receiver, hooks)
     receiver.answers = [500]
-    delivery, = emit()
+    (delivery,) = emit()
     before = timezone.now()
     run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
     delivery.refresh_from_db()
@@ -186,7 +206,7 @@ def test_a_pending_delivery_shows_when_it_is_tried_next(hooks, receiver, broker)
 
 def test_an_attempt_is_made_once_however_many_tasks_ask_for_it(hooks, receiver, broker):
     webhook_for(receiver, hooks)
-    delivery, = emit()
+    (delivery,) = emit()
     for _ in range(3):  # a task redelivered by the broker, and the reconcile's resend
         run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
     assert len(receiver.requests) == 1
@@ -196,8 +216,8 @@ def test_an_attempt_is_made_once_however_many_tasks_ask_for_it(hooks, receiver, 
 
 def test_the_reconcile_resends_deliveries_whose_task_was_lost(hooks, receiver, broker):
     webhook_for(receiver, hooks)
-    lost, = emit()
-    fresh, = emit()
+    (lost,) = emit()
+    (fresh,) = emit()
     now = timezone.now()
     Delivery.objects.filter(pk=lost.pk).update(next_attempt_at=now - timedelta(minutes=5))
     assert services.deliveries_reconcile(now=now) == 1
@@ -238,7 +258,7 @@ def test_only_active_webhooks_of_the_department_that_asked_for_the_event_get_it(
 def test_a_redelivery_is_a_new_delivery_of_the_same_event(hooks, receiver, broker, django_capture_on_commit_callbacks):
     webhook_for(receiver, hooks)
     receiver.answers = [500] * 8
-    delivery, = emit()
+    (delivery,) = emit()
     with pytest.raises(Conflict):
         services.delivery_redeliver(actor=hooks.carol, delivery=delivery)  # still being attempted
     broker.sent.append(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
@@ -264,7 +284,7 @@ def test_a_rotated_secret_signs_the_next_attempt(hooks, receiver, broker, django
     with django_capture_on_commit_callbacks(execute=True):
         services.webhook_ping(actor=hooks.carol, webhook=webhook)
     broker.run_all()
-    request, = receiver.requests
+    (request,) = receiver.requests
     assert request.signature_ok and request.json["event"] == "ping" and request.headers["x-portal-event"] == "ping"
     assert request.legacy_signature_ok
     with pytest.raises(WebhookVerificationError):
@@ -273,22 +293,31 @@ def test_a_rotated_secret_signs_the_next_attempt(hooks, receiver, broker, django
 
 # --- SSRF guard ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("url, says", [
-    ("http://127.0.0.1:8000/hook", "loopback"),
-    ("http://localhost/hook", "loopback"),
-    ("http://[::1]/hook", "loopback"),
-    ("https://10.1.2.3/hook", "private"),
-    ("http://192.168.0.10/hook", "private"),
-    ("http://169.254.169.254/latest/meta-data/", "link-local"),
-    ("http://[::ffff:169.254.169.254]/", "link-local"),
-    ("http://0.0.0.0/", "private"),
-    ("http://100.64.0.1/", "non-public"),  # carrier-grade NAT
-])
+
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("http://127.0.0.1:8000/hook", "loopback"),
+        ("http://localhost/hook", "loopback"),
+        ("http://[::1]/hook", "loopback"),
+        ("https://10.1.2.3/hook", "private"),
+        ("http://192.168.0.10/hook", "private"),
+        ("http://169.254.169.254/latest/meta-data/", "link-local"),
+        ("http://[::ffff:169.254.169.254]/", "link-local"),
+        ("http://0.0.0.0/", "private"),
+        ("http://100.64.0.1/", "non-public"),  # carrier-grade NAT
+    ],
+)
 def test_internal_addresses_are_refused_without_the_setting(world, settings, url, says):
     settings.PORTAL_WEBHOOK_ALLOW_PRIVATE = False
     with pytest.raises(InvalidInput) as refused:
-        services.webhook_create(actor=world.carol, department=Department.objects.get(slug="vision"), name="x", url=url,
-                                events=["job.failed"])
+        services.webhook_create(
+            actor=world.carol,
+            department=Department.objects.get(slug="vision"),
+            name="x",
+            url=url,
+            events=["job.failed"],
+        )
     message = " ".join(refused.value.errors["url"])  # one per address the name resolves to
     assert says in message and "public addresses" in message
 
@@ -296,7 +325,7 @@ def test_internal_addresses_are_refused_without_the_setting(world, settings, url
 def test_the_guard_runs_again_at_delivery_time(hooks, receiver, broker, settings):
     webhook_for(receiver, hooks)  # saved while private addresses were allowed
     settings.PORTAL_WEBHOOK_ALLOW_PRIVATE = False
-    delivery, = emit()
+    (delivery,) = emit()
     run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
     assert receiver.requests == []
     delivery.refresh_from_db()
@@ -305,17 +334,25 @@ def test_the_guard_runs_again_at_delivery_time(hooks, receiver, broker, settings
     assert [(s.args, s.countdown) for s in broker.webhook_tasks()] == [([delivery.pk, 2], 10)]
 
 
-@pytest.mark.parametrize("url, says", [
-    ("ftp://hooks.example.com/x", "http:// or https://"),
-    ("https://user:pw@hooks.example.com/x", "user name or password"),
-    ("https:///x", "no host"),
-    ("hooks.example.com/x", "http:// or https://"),
-    ("https://hooks.example.com:99999/x", "not a valid URL"),
-])
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("ftp://hooks.example.com/x", "http:// or https://"),
+        ("https://user:pw@hooks.example.com/x", "user name or password"),
+        ("https:///x", "no host"),
+        ("hooks.example.com/x", "http:// or https://"),
+        ("https://hooks.example.com:99999/x", "not a valid URL"),
+    ],
+)
 def test_malformed_urls_are_refused_with_what_to_write(hooks, url, says):
     with pytest.raises(InvalidInput) as refused:
-        services.webhook_create(actor=hooks.carol, department=Department.objects.get(slug="vision"), name="x", url=url,
-                                events=["job.failed"])
+        services.webhook_create(
+            actor=hooks.carol,
+            department=Department.objects.get(slug="vision"),
+            name="x",
+            url=url,
+            events=["job.failed"],
+        )
     assert says in " ".join(refused.value.errors["url"])
 
 
@@ -323,16 +360,16 @@ def test_a_url_by_name_is_sent_to_an_address_it_resolves_to_with_the_name_as_hos
     webhook = webhook_for(receiver, hooks)
     port = receiver.server.server_port
     services.webhook_update(actor=hooks.carol, webhook=webhook, values={"url": f"http://localhost:{port}/by-name"})
-    delivery, = emit()
+    (delivery,) = emit()
     run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
-    request, = receiver.requests
+    (request,) = receiver.requests
     assert request.path == "/by-name" and request.headers["host"] == f"localhost:{port}" and request.signature_ok
 
 
 def test_a_receiver_that_is_down_is_retried_with_the_reason_logged(hooks, receiver, broker):
     webhook = webhook_for(receiver, hooks)
     receiver.close()  # nothing listens on its port any more
-    delivery, = emit()
+    (delivery,) = emit()
     run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
     delivery.refresh_from_db()
     assert delivery.status == "pending" and delivery.response_code is None

@@ -6,11 +6,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from accounts.tokens import token_create
 from clusters.cluster_settings import cluster_warnings
-from demo.data import demo_load, publish_example_repo
 from clusters.inventory import detect_local_gpus
 from clusters.models import Cluster
-from accounts.tokens import token_create
+from demo.data import demo_load, publish_example_repo
 
 
 class Command(BaseCommand):
@@ -33,8 +33,10 @@ class Command(BaseCommand):
         for pool in result.pools:
             kind = "simulated" if pool.simulated else "detected with nvidia-smi"
             out.write(f"  GPUs:      {pool.gpus} x {pool.gpu_type} ({kind}) in cluster 'local'")
-        out.write("  Cluster 'k8s-demo' (kubernetes, no cluster behind it): render its manifests with "
-                  "`python manage.py render_manifests --spec SPEC.json`")
+        out.write(
+            "  Cluster 'k8s-demo' (kubernetes, no cluster behind it): render its manifests with "
+            "`python manage.py render_manifests --spec SPEC.json`"
+        )
         for cluster in Cluster.objects.filter(backend=Cluster.Backend.LOCAL):
             for warning in cluster_warnings(cluster=cluster):
                 out.write(self.style.WARNING(f"  WARNING: {warning}"))
@@ -46,10 +48,16 @@ class Command(BaseCommand):
         )
         # Keys are stored hashed, so each run issues a new one (listed, and revocable, at /tokens/).
         _, key = token_create(user=get_user_model().objects.get(username="alice"), name="demo")
-        body = json.dumps({
-            "name": "digits", "department": "vision", "code_url": repo, "command": "python train.py --epochs 20",
-            "gpus_per_worker": 1, "tensorboard": True,
-        })
+        body = json.dumps(
+            {
+                "name": "digits",
+                "department": "vision",
+                "code_url": repo,
+                "command": "python train.py --epochs 20",
+                "gpus_per_worker": 1,
+                "tensorboard": True,
+            }
+        )
         out.write("  Submit the example training job as alice:")
         out.write(
             f"    curl -s -X POST {url}api/v1/jobs/ -H 'Authorization: Token {key}' "

@@ -17,15 +17,15 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from rest_framework.exceptions import ValidationError
 
+from clusters.k8s import ClusterSettings, ManifestError, department_manifests, priority_class_manifests
+from clusters.manifest_validation import ManifestInvalid, check_manifests
+from clusters.models import Cluster
 from core.errors import InvalidInput
 from jobs.api import PlacementSerializer, parse_job_input
-from clusters.manifest_validation import ManifestInvalid, check_manifests
-from clusters.k8s import ClusterSettings, ManifestError, department_manifests, priority_class_manifests
 from jobs.executors.manifests import job_manifests
 from jobs.models import Job
 from jobs.services import department_limit, job_spec, placement_of
 from jobs.submission import check_submission
-from clusters.models import Cluster
 from quotas.models import PriorityClass
 
 
@@ -52,8 +52,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--spec", required=True, help="JSON file with the job ('-' reads standard input)")
         parser.add_argument("--user", help="check the submission as this user (default: as a platform admin)")
-        parser.add_argument("--with-department", action="store_true",
-                            help="also print the department's Namespace, ResourceQuota and job volume, and the PriorityClasses")
+        parser.add_argument(
+            "--with-department",
+            action="store_true",
+            help="also print the department's Namespace, ResourceQuota and job volume, and the PriorityClasses",
+        )
 
     def handle(self, *args, spec, user, with_department, **options):
         body = self.read(spec)
@@ -68,29 +71,53 @@ class Command(BaseCommand):
         except InvalidInput as exc:
             raise CommandError("The job spec is not valid:\n" + _field_errors(exc.errors)) from None
         job = Job(
-            name=clean.name, department=clean.department, cluster=clean.cluster, pool=clean.pool,
-            code_url=clean.code_url, code_ref=clean.code_ref, command=clean.command, image=clean.image,
-            requirements=clean.requirements, workers=clean.workers, gpus_per_worker=clean.gpus_per_worker,
-            priority=clean.priority, mounts=clean.mounts, env=clean.env, tensorboard=clean.tensorboard,
-            max_runtime_seconds=clean.max_runtime_seconds, run_id=str(run_id),
+            name=clean.name,
+            department=clean.department,
+            cluster=clean.cluster,
+            pool=clean.pool,
+            code_url=clean.code_url,
+            code_ref=clean.code_ref,
+            command=clean.command,
+            image=clean.image,
+            requirements=clean.requirements,
+            workers=clean.workers,
+            gpus_per_worker=clean.gpus_per_worker,
+            priority=clean.priority,
+            mounts=clean.mounts,
+            env=clean.env,
+            tensorboard=clean.tensorboard,
+            max_runtime_seconds=clean.max_runtime_seconds,
+            run_id=str(run_id),
             placement=self.placement(placement, clean.workers, clean.gpus_per_worker),
         )
         cluster = job.cluster
         if cluster.backend != Cluster.Backend.KUBERNETES:
-            self.stderr.write(f"Note: cluster {cluster.name} uses the {cluster.backend} backend; rendering with "
-                              "the Kubernetes defaults for whatever its settings leave unset.")
+            self.stderr.write(
+                f"Note: cluster {cluster.name} uses the {cluster.backend} backend; rendering with "
+                "the Kubernetes defaults for whatever its settings leave unset."
+            )
         try:
             settings = ClusterSettings.from_cluster(
-                cluster.name, cluster.settings, [(pool.gpu_type, pool.gpu_memory_gb) for pool in cluster.pools.all()],
+                cluster.name,
+                cluster.settings,
+                [(pool.gpu_type, pool.gpu_memory_gb) for pool in cluster.pools.all()],
             )
             manifests = job_manifests(
-                job_spec(job), placement_of(job), settings, gpu_type=job.pool.gpu_type, priority=job.priority.name,
-                tensorboard=job.tensorboard, commit=commit or None,
+                job_spec(job),
+                placement_of(job),
+                settings,
+                gpu_type=job.pool.gpu_type,
+                priority=job.priority.name,
+                tensorboard=job.tensorboard,
+                commit=commit or None,
             )
             if with_department:
                 priorities = PriorityClass.objects.values_list("name", "value", "preemptible")
-                manifests = [*department_manifests(job.department.slug, department_limit(job.department, cluster), settings),
-                             *priority_class_manifests(priorities, settings), *manifests]
+                manifests = [
+                    *department_manifests(job.department.slug, department_limit(job.department, cluster), settings),
+                    *priority_class_manifests(priorities, settings),
+                    *manifests,
+                ]
             check_manifests(manifests)
         except ManifestError as exc:
             raise CommandError(f"The job cannot run on cluster {cluster.name}: {exc}") from None
@@ -127,17 +154,30 @@ class Command(BaseCommand):
     def placement(self, slots, workers: int, gpus: float) -> list[dict]:
         if slots is None:
             whole = int(gpus) if gpus >= 1 else (1 if gpus else 0)
-            return [{"worker": index, "node": f"node-{index}", "gpus": list(range(whole)),
-                     "gpu_fraction": gpus if 0 < gpus < 1 else None} for index in range(workers)]
+            return [
+                {
+                    "worker": index,
+                    "node": f"node-{index}",
+                    "gpus": list(range(whole)),
+                    "gpu_fraction": gpus if 0 < gpus < 1 else None,
+                }
+                for index in range(workers)
+            ]
         serializer = PlacementSerializer(data=slots, many=True)
         try:
             serializer.is_valid(raise_exception=True)
         except ValidationError as exc:
-            raise CommandError(f'"placement" is not a list of {{worker, node, gpus, gpu_fraction}}: {exc.detail}') from None
+            raise CommandError(
+                f'"placement" is not a list of {{worker, node, gpus, gpu_fraction}}: {exc.detail}'
+            ) from None
         if sorted(slot["worker"] for slot in serializer.validated_data) != list(range(workers)):
-            raise CommandError(f'"placement" must have one slot for each of the {workers} workers (worker 0 to {workers - 1}).')
+            raise CommandError(
+                f'"placement" must have one slot for each of the {workers} workers (worker 0 to {workers - 1}).'
+            )
         return [dict(slot) for slot in serializer.validated_data]
 
 
 def _field_errors(errors: dict) -> str:
-    return "\n".join(f"  {field}: {' '.join(str(message) for message in messages)}" for field, messages in errors.items())
+    return "\n".join(
+        f"  {field}: {' '.join(str(message) for message in messages)}" for field, messages in errors.items()
+    )

@@ -17,14 +17,14 @@ from functools import partial
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from jobs import lifecycle
 from clusters.errors import ExecutorError
-from jobs.executors.kubernetes import JobWatcher, KubernetesExecutor
 from clusters.kube import Kube
-from jobs.models import Job
-from clusters.services import cluster_settings
-from jobs.services import job_observe
 from clusters.models import Cluster
+from clusters.services import cluster_settings
+from jobs import lifecycle
+from jobs.executors.kubernetes import JobWatcher, KubernetesExecutor
+from jobs.models import Job
+from jobs.services import job_observe
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,9 @@ class Command(BaseCommand):
                 log.warning("cluster %s is not watched: %s", cluster.name, exc.message)
                 continue
             watcher = JobWatcher(kube, on_change=partial(observe, cluster, executor, lock))
-            threads.append(threading.Thread(target=watcher.run, args=(stop,), name=f"watch-{cluster.name}", daemon=True))
+            threads.append(
+                threading.Thread(target=watcher.run, args=(stop,), name=f"watch-{cluster.name}", daemon=True)
+            )
         if not threads:
             # Stay up (idle) rather than exit: process managers (honcho, Kubernetes) treat an exit as a crash.
             self.stderr.write("No Kubernetes cluster to watch; idle until stopped (restart after adding one).")

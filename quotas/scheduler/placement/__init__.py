@@ -13,11 +13,26 @@ from quotas.scheduler.placement.occupancy import NodeSpec, Occupancy, units
 from quotas.scheduler.placement.policies import Binpack, Fragmentation, Spread, make_policy, policy_for
 from quotas.scheduler.types import PoolState, Slot
 
-__all__ = ["FULL", "Binpack", "Fragmentation", "NodeSpec", "Occupancy", "PodMix", "Shape", "Spread", "TypicalPods",
-           "make_policy", "place_gang", "policy_for", "units"]
+__all__ = [
+    "FULL",
+    "Binpack",
+    "Fragmentation",
+    "NodeSpec",
+    "Occupancy",
+    "PodMix",
+    "Shape",
+    "Spread",
+    "TypicalPods",
+    "make_policy",
+    "place_gang",
+    "policy_for",
+    "units",
+]
 
 
-def place_gang(pool: PoolState, used: dict[tuple[str, int], float], workers: int, gpus_per_worker: float) -> list[Slot] | None:
+def place_gang(
+    pool: PoolState, used: dict[tuple[str, int], float], workers: int, gpus_per_worker: float
+) -> list[Slot] | None:
     """One-off placement with the pool's policy against a plain usage map (updated in place on success)."""
     slots = Occupancy(replace(pool, used=dict(used))).place(workers, gpus_per_worker)
     if slots is not None:

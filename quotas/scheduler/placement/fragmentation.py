@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 FULL = 1000  # milli of one whole GPU
 
@@ -30,7 +31,7 @@ class Shape:
     cpu: int
     num_gpu: int
     gpu_milli: int
-    gpu_spec: frozenset = frozenset()
+    gpu_spec: frozenset[Any] = frozenset()
 
 
 class TypicalPods:
@@ -41,7 +42,7 @@ class TypicalPods:
         self._gpu_items = tuple(
             (s.cpu, s.num_gpu, s.gpu_milli, s.gpu_spec, f) for s, f in self.items if s.num_gpu and s.gpu_milli
         )
-        self._memo: dict = {}
+        self._memo: dict[tuple[Any, ...], float] = {}
 
     def __bool__(self) -> bool:
         return bool(self._gpu_items)
@@ -106,7 +107,7 @@ class PodMix:
 
     def __init__(self, coverage: float = 0.95):
         self.coverage = coverage
-        self.counts: Counter = Counter()
+        self.counts: Counter[Any] = Counter()
         self.seen = 0
 
     @classmethod
@@ -128,8 +129,10 @@ class PodMix:
         if not self.seen:
             return TypicalPods([])
         # Most frequent first; equal counts in a stable order so a run is reproducible.
-        ranked = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0].cpu, kv[0].num_gpu, kv[0].gpu_milli,
-                                                             sorted(kv[0].gpu_spec)))
+        ranked = sorted(
+            self.counts.items(),
+            key=lambda kv: (-kv[1], kv[0].cpu, kv[0].num_gpu, kv[0].gpu_milli, sorted(kv[0].gpu_spec)),
+        )
         chosen, covered = [], 0
         for shape, count in ranked:
             if covered >= self.coverage * self.seen:

@@ -51,8 +51,11 @@ class NodeSpec:
 class Occupancy:
     def __init__(self, pool: PoolState, policy=None):
         """The occupancy of ``pool`` (its nodes, ``used`` shares and ``placement`` policy, or ``policy``)."""
-        self._build([NodeSpec(name, pool.gpus_per_node) for name in pool.nodes], pool.used,
-                    policy if policy is not None else make_policy(pool.placement))
+        self._build(
+            [NodeSpec(name, pool.gpus_per_node) for name in pool.nodes],
+            pool.used,
+            policy if policy is not None else make_policy(pool.placement),
+        )
 
     @classmethod
     def from_nodes(cls, nodes, policy=BINPACK, used=None) -> Occupancy:
@@ -117,8 +120,12 @@ class Occupancy:
     # --- what policies read -------------------------------------------------------------
     def room(self, i: int, cpu: float, mem: float, models=()) -> bool:
         """CPU, memory, a pod slot and the GPU model on node ``i`` (the GPUs are each policy's index)."""
-        return (cpu <= self.cpu_free[i] and mem <= self.mem_free[i] and self.pods_free[i] >= 1
-                and (not models or self.model[i] in models))
+        return (
+            cpu <= self.cpu_free[i]
+            and mem <= self.mem_free[i]
+            and self.pods_free[i] >= 1
+            and (not models or self.model[i] in models)
+        )
 
     def first_fitting(self, nodes, cpu: float, mem: float, models=()) -> str | None:
         """The first of ``nodes`` (names, in order) with room for the rest of a worker."""
@@ -171,8 +178,9 @@ class Occupancy:
         return heap[0]
 
     # --- placing --------------------------------------------------------------------------
-    def place(self, workers: int, gpus_per_worker: float, *, cpu: float = 0, mem: float = 0,
-              models=()) -> list[Slot] | None:
+    def place(
+        self, workers: int, gpus_per_worker: float, *, cpu: float = 0, mem: float = 0, models=()
+    ) -> list[Slot] | None:
         """Slots for every worker, taken from the pool; None (and nothing taken) if the gang does not fit."""
         per_worker = int(gpus_per_worker) * FULL if gpus_per_worker >= 1 else units(gpus_per_worker)
         if workers * per_worker > self.free_units:

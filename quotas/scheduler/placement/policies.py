@@ -21,6 +21,7 @@ On equal terms binpack and spread take the node that entered its index bucket fi
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import Any
 
 from quotas.scheduler.placement.fragmentation import FULL, PodMix, Shape, TypicalPods
 from quotas.scheduler.types import BINPACK, FRAGMENTATION, PLACEMENTS, SPREAD
@@ -92,12 +93,12 @@ class Fragmentation:
     def use(self, typical: TypicalPods) -> None:
         """Score against this mix from now on."""
         self.typical = typical
-        self.scores: dict = {}
+        self.scores: dict[tuple[Any, ...], tuple[tuple[Any, ...], int | None]] = {}
 
-    def measure(self, model: str, cpu_free: float, free: tuple) -> float:
+    def measure(self, model: str, cpu_free: float, free: tuple[Any, ...]) -> float:
         return self.typical.portal(model, cpu_free, free)
 
-    def key(self, delta: float, free_after: int, cpu_after: float) -> tuple:
+    def key(self, delta: float, free_after: int, cpu_after: float) -> tuple[Any, ...]:
         """Lower is better; the node index breaks what ties remain."""
         return round(delta, 6), free_after, cpu_after
 
@@ -139,7 +140,7 @@ class Fragmentation:
             return None
         return min((occupancy.first_in_state(state), choice) for state, choice in best_states)
 
-    def _score(self, state: tuple, gpus: int, milli: int, cpu: float) -> tuple[tuple, int | None]:
+    def _score(self, state: tuple[Any, ...], gpus: int, milli: int, cpu: float) -> tuple[tuple[Any, ...], int | None]:
         model, cpu_free, _, _, free = state
         measure, cpu_after = self.measure, cpu_free - cpu
         before = measure(model, cpu_free, free)
@@ -188,5 +189,7 @@ def policy_for(pool, pending=(), running=()):
         mix.add(worker_shape(job.gpus_per_worker), job.workers)
     for job in running:
         for slot in job.slots:
-            mix.add(worker_shape(slot.fraction) if slot.fraction else Shape(0, len(slot.gpus), FULL if slot.gpus else 0))
+            mix.add(
+                worker_shape(slot.fraction) if slot.fraction else Shape(0, len(slot.gpus), FULL if slot.gpus else 0)
+            )
     return Fragmentation(mix.typical())
