@@ -54,3 +54,14 @@ def audit_action_families(*, user) -> list[str]:
 def departments_usable(*, user) -> QuerySet[Department]:
     """Departments the user may submit into (members: their own; platform admins: all), by slug."""
     return permissions.visible_departments(user).order_by("slug")
+
+
+def department_for_input(*, user, slug: str | None, errors: dict[str, list] | None = None) -> Department | None:
+    """The department called ``slug`` if the user may create things in it (jobs, builds, volumes, webhooks, models,
+    deployments); None if not, and then, unless ``errors`` already has a "department" problem, the refusal in it."""
+    department = permissions.visible_departments(user).filter(slug=slug).first() if slug else None
+    if department is not None and permissions.can_use(user, department):
+        return department
+    if errors is not None and "department" not in errors:
+        errors["department"] = [f"You are not a member of a department called {slug!r}."]
+    return None

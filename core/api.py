@@ -1,9 +1,18 @@
-"""REST conventions shared by every app: pagination and throttling (API.md "Conventions")."""
+"""REST conventions shared by every app: pagination, throttling, the error shapes and 404 for what is not the
+caller's (API.md "Conventions")."""
+
+import difflib
+from typing import TypeVar
 
 from django.conf import settings
+from django.http import Http404
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.fields import SkipField
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
 
+T = TypeVar("T")
 
 class Pagination(PageNumberPagination):
     page_size = 50
@@ -39,3 +48,41 @@ def exception_handler(exc, context):
     if isinstance(exc, Conflict):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
     return drf_handler(exc, context)
+
+
+def visible_or_404(found: T | None, message: str) -> T:
+    """What a selector found among the caller's own, or a 404 with ``message`` (API.md: not yours reads as not there)."""
+    if found is None:
+        raise Http404(message)
+    return found
+
+
+def parse_input(
+    serializer: type[serializers.Serializer], data, *, what: str, partial: bool = False,
+    fixed_on_patch: dict[str, str] | None = None,
+) -> tuple[dict, dict]:
+    """Each field on its own, so that one bad field does not hide the problems of the others.
+
+    Returns (values of the fields that parsed, errors of those that did not and of unknown fields). ``what``
+    ends "Send a JSON object describing ..."; ``fixed_on_patch`` names the fields a PATCH cannot change, and why.
+    """
+    if not isinstance(data, dict):
+        raise ValidationError({"non_field_errors": [f"Send a JSON object describing {what}."]})
+    fields = serializer().fields
+    values, errors = {}, {}
+    for name, field in fields.items():
+        if partial and name not in data:
+            continue
+        try:
+            values[name] = field.run_validation(field.get_value(data))
+        except ValidationError as exc:
+            errors[name] = exc.detail
+        except SkipField:
+            pass
+    for unknown in sorted(set(data) - set(fields)):
+        if partial and unknown in (fixed_on_patch or {}):
+            errors[unknown] = [fixed_on_patch[unknown]]
+            continue
+        guess = difflib.get_close_matches(unknown, fields, n=1)
+        errors[unknown] = [f"Unknown field{f'; did you mean {guess[0]!r}?' if guess else '.'}"]
+    return values, errors
