@@ -14,6 +14,7 @@ from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
 
 T = TypeVar("T")
 
+
 class Pagination(PageNumberPagination):
     page_size = 50
     page_size_query_param = "page_size"
@@ -58,7 +59,11 @@ def visible_or_404(found: T | None, message: str) -> T:
 
 
 def parse_input(
-    serializer: type[serializers.Serializer], data, *, what: str, partial: bool = False,
+    serializer: type[serializers.Serializer],
+    data,
+    *,
+    what: str,
+    partial: bool = False,
     fixed_on_patch: dict[str, str] | None = None,
 ) -> tuple[dict, dict]:
     """Each field on its own, so that one bad field does not hide the problems of the others.
