@@ -97,7 +97,7 @@ class LocalServingBackend:
             # own module and the Python it runs on, nothing else of the portal (not its data root, not the store).
             argv = sandbox.server_argv(
                 argv,
-                readable=[str(spec.artifact), str(checkout / "models_registry")],
+                readable=[str(spec.artifact), str(checkout / "serving")],
                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONPATH": str(checkout)},
             )
         try:
