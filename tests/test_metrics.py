@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import resolve
 from django.utils import timezone
 from prometheus_client import REGISTRY
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from config.metrics.collector import FAMILIES, RENAMED
@@ -138,8 +139,7 @@ def routed(world):
 
 
 def test_it_exposes_router_counters_and_the_latency_histogram(routed):
-    samples = scrape()
-    labels = routed
+    samples, labels = scrape(), routed
     assert value(samples, "portal_router_requests_total", **labels) == 5
     assert value(samples, "portal_router_errors_total", **labels) == 1
     bucket = {
@@ -182,19 +182,17 @@ def test_every_family_has_the_type_its_name_calls_for(busy, routed):
     assert len(names) == len(set(names))
     assert {name for _, name, _, _ in FAMILIES.values()} <= set(names)
     # The same endpoint and registry carry django-prometheus's HTTP and database metrics.
-    assert {"django_http_requests_total_by_method", "django_db_execute", "django_db_query_duration_seconds"} <= set(
-        names
-    )
+    django = {"django_http_requests_total_by_method", "django_db_execute", "django_db_query_duration_seconds"}
+    assert django <= set(names)
     for family in families:
         kind, name = family.type, family.name
         assert kind != "summary" and all("quantile" not in s.labels for s in family.samples), name  # histograms only
         if kind == "gauge":
             assert not name.endswith("_total"), f"{name} is a gauge: _total is for counters"
         if kind == "counter":
-            assert not name.endswith("_total")  # the parser takes _total off a counter's name ...
-            assert {s.name for s in family.samples} <= {f"{name}_total", f"{name}_created"}, (
-                name
-            )  # ... its samples have it
+            # The parser takes _total off a counter's name; its samples have it.
+            assert not name.endswith("_total")
+            assert {s.name for s in family.samples} <= {f"{name}_total", f"{name}_created"}, name
         if kind == "histogram":
             series: dict[tuple, dict[str, object]] = defaultdict(dict)
             for s in family.samples:
@@ -216,6 +214,16 @@ def test_every_family_has_the_type_its_name_calls_for(busy, routed):
             if any(word in name for word in ("wait", "latency", "duration", "time")):
                 assert name.endswith("_seconds"), f"{name}: durations are in seconds"
     assert not set(RENAMED) & set(names)  # the old names are gone, not served twice
+
+
+def test_the_readme_lists_every_metric_and_every_renamed_one():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("\n## Metrics\n") :]
+    section = section[: section.index("\n## ", 1)]
+    for kind, name, _, _ in FAMILIES.values():
+        assert f"`{name}_total`" in section if kind is CounterMetricFamily else f"`{name}`" in section, name
+    for old, new in RENAMED.items():
+        assert f"`{old}` -> `{new}`" in section
 
 
 def test_a_request_shows_in_the_http_metrics(world):
@@ -278,9 +286,8 @@ def test_the_admission_wait_histogram_counts_admitted_jobs(busy, world):
     assert sample(after, f"{waits}_bucket", **nlp, le="600") == 1  # the small job waited a little over 600 s
     assert sample(after, f"{waits}_bucket", **nlp, le="1200") == 2
     assert 600 <= sample(after, f"{waits}_sum", **nlp) - sample(before, f"{waits}_sum", **nlp) < 660
-    assert (
-        sample(after, f"{waits}_count", **vision) == sample(before, f"{waits}_count", **vision) + 2
-    )  # borrower, "next"
+    # The borrower and "next", both within a minute of their (re-)queueing.
+    assert sample(after, f"{waits}_count", **vision) == sample(before, f"{waits}_count", **vision) + 2
     assert sample(after, f"{waits}_bucket", **vision, le="60") == sample(after, f"{waits}_count", **vision)
     assert sample(after, f"{waits}_sum", **vision) < 60
     for labels in (nlp, vision):  # one observation per admission: _count is the admissions counter

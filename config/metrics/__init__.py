@@ -1,6 +1,8 @@
 """Prometheus metrics at /metrics (README "Metrics").
 
-Everything is read from the database at scrape time (selectors.py) by one custom collector
-(collector.py), so every web process answers the same figures however many web and worker
-processes there are: there are no per-process counters. views.py guards the endpoint.
+The portal's own figures (``portal_*``) are read from the database at scrape time (selectors.py) by one
+custom collector (collector.py), so every web process answers the same ones however many web and worker
+processes there are. Beside them, on the same registry, django-prometheus's HTTP and database metrics
+(``django_http_*``, ``django_db_*``) and prometheus_client's ``process_*`` and ``python_*`` ones: those are
+counted in the process that serves the scrape. views.py guards the endpoint.
 """
