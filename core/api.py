@@ -65,11 +65,13 @@ def parse_input(
     what: str,
     partial: bool = False,
     fixed_on_patch: dict[str, str] | None = None,
+    prefix_guesses: bool = False,
 ) -> tuple[dict, dict]:
     """Each field on its own, so that one bad field does not hide the problems of the others.
 
     Returns (values of the fields that parsed, errors of those that did not and of unknown fields). ``what``
     ends "Send a JSON object describing ..."; ``fixed_on_patch`` names the fields a PATCH cannot change, and why.
+    ``prefix_guesses``: an unknown field that starts a known one is guessed as that one ("gpus": gpus_per_worker).
     """
     if not isinstance(data, dict):
         raise ValidationError({"non_field_errors": [f"Send a JSON object describing {what}."]})
@@ -88,6 +90,7 @@ def parse_input(
         if partial and unknown in (fixed_on_patch or {}):
             errors[unknown] = [fixed_on_patch[unknown]]
             continue
-        guess = difflib.get_close_matches(unknown, fields, n=1)
+        guess = [name for name in fields if name.startswith(unknown)] if prefix_guesses else []
+        guess = guess or difflib.get_close_matches(unknown, fields, n=1)
         errors[unknown] = [f"Unknown field{f'; did you mean {guess[0]!r}?' if guess else '.'}"]
     return values, errors

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import difflib
-
 from django.http import HttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
-from rest_framework.exceptions import APIException, ValidationError
-from rest_framework.fields import SkipField
+from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clusters.errors import ExecutorError
-from core.api import visible_or_404
+from core.api import parse_input, visible_or_404
 from core.celery import TransientError
 from images import selectors, services
 from images.filters import BuildFilter
@@ -48,21 +45,7 @@ class BuildInputSerializer(serializers.Serializer):
 
 def parse_build_input(data) -> tuple[dict, dict]:
     """Each field on its own, so that one bad field does not hide the problems of the others."""
-    if not isinstance(data, dict):
-        raise ValidationError({"non_field_errors": ["Send a JSON object describing the build."]})
-    fields = BuildInputSerializer().fields
-    values, errors = {}, {}
-    for name, field in fields.items():
-        try:
-            values[name] = field.run_validation(field.get_value(data))
-        except ValidationError as exc:
-            errors[name] = exc.detail
-        except SkipField:
-            pass
-    for unknown in sorted(set(data) - set(fields)):
-        guess = difflib.get_close_matches(unknown, fields, n=1)
-        errors[unknown] = [f"Unknown field{f'; did you mean {guess[0]!r}?' if guess else '.'}"]
-    return values, errors
+    return parse_input(BuildInputSerializer, data, what="the build")
 
 
 class BuildOutputSerializer(serializers.ModelSerializer):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import difflib
 
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse, StreamingHttpResponse
@@ -13,11 +12,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import ValidationError
-from rest_framework.fields import SkipField
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import visible_or_404
+from core.api import parse_input, visible_or_404
 from jobs import lifecycle, selectors, services
 from jobs.filters import JobFilter, QueueFilter
 from jobs.models import Job, JobEvent
@@ -53,21 +51,7 @@ def parse_job_input(data) -> tuple[dict, dict]:
 
     Returns (values of fields that parsed, errors of those that did not).
     """
-    if not isinstance(data, dict):
-        raise ValidationError({"non_field_errors": ["Send a JSON object describing the job."]})
-    fields = JobInputSerializer().fields
-    values, errors = {}, {}
-    for name, field in fields.items():
-        try:
-            values[name] = field.run_validation(field.get_value(data))
-        except ValidationError as exc:
-            errors[name] = exc.detail
-        except SkipField:
-            pass
-    for unknown in sorted(set(data) - set(fields)):
-        guess = [name for name in fields if name.startswith(unknown)] or difflib.get_close_matches(unknown, fields, n=1)
-        errors[unknown] = [f"Unknown field{f'; did you mean {guess[0]!r}?' if guess else '.'}"]
-    return values, errors
+    return parse_input(JobInputSerializer, data, what="the job", prefix_guesses=True)
 
 
 class PlacementSerializer(serializers.Serializer):
