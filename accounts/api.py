@@ -2,7 +2,6 @@
 departments I belong to, the audit log, and personal API tokens. Thin: look up, check, call."""
 
 from django.contrib.auth import authenticate
-from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import PermissionDenied
@@ -13,6 +12,7 @@ from rest_framework.views import APIView
 from accounts import permissions, tokens
 from accounts import selectors as account_selectors
 from accounts.models import ApiToken
+from core.api import visible_or_404
 
 
 class TokenApi(APIView):
@@ -153,6 +153,5 @@ class ApiTokenDetailApi(APIView):
     @extend_schema(request=None, responses={204: None})
     def delete(self, request, token_id):
         """Revoke one of the caller's tokens; requests with its key get 401 from now on."""
-        if tokens.token_revoke(user=request.user, token_id=token_id) is None:
-            raise Http404("No such token among yours.")
+        visible_or_404(tokens.token_revoke(user=request.user, token_id=token_id), "No such token among yours.")
         return Response(status=status.HTTP_204_NO_CONTENT)
