@@ -176,6 +176,7 @@ def test_it_lists_clusters_with_their_pools(world):
                     "total": 8,
                     "allocated": 0,
                     "shareable": True,
+                    "placement": "binpack",
                 }
             ],
         }
