@@ -1,43 +1,31 @@
-"""TensorBoards on demand (docs/architecture.md "TensorBoard"): one per job, or one comparing several jobs' runs.
+"""Starting, opening, observing and stopping boards: the life of a TensorBoard row and its process.
 
-Owns the TensorBoard rows (tensorboards.models.TensorBoard) and their rules: who may open a board (every job
-of it must be visible to the user), starting one (idempotent: the board of the same job set is
-reused, and started again when it is not running), noticing that its process became ready or died,
-recording visits, and stopping boards nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS.
-It also sees to it that a local board's port is served by the process it started (board_verify): a job
-that killed a board and bound its port must never have its pages proxied to a department on the portal's
-origin, so such a board is stopped and started afresh on another port.
-
-Processes are the backend's (BoardBackend in tensorboards/backends.py, like the executors), chosen by
-the jobs' cluster: the local backend runs a real `tensorboard` on this host that serves a folder of links
-to the jobs' event folders; the Kubernetes backend (tensorboards/backends_k8s.py) runs a Deployment +
-Service in the department's namespace reading the jobs' subPaths of its job volume. The backend part
-imports nothing from Django.
+Owns starting a board (idempotent: the board of the same job set is reused, and started again when it is not
+running; a conditional update claims it, so two requests never start two processes), opening it for the proxy
+and recording visits, noticing that its process became ready or died (board_observe), and seeing to it that a
+local board's port is served by the process it started (board_verify): a job that killed a board and bound its
+port must never have its pages proxied to a department on the portal's origin, so such a board is stopped and
+started afresh on another port.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import datetime, timedelta
-from pathlib import Path
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from clusters.errors import ExecutorError
 from clusters.models import Cluster
-from clusters.services import cluster_settings, kube_for
 from core.errors import Conflict, InvalidInput
 from jobs import selectors
-from jobs.executors.local_jobdir import JobDir
 from jobs.models import Job
-from jobs.services import executor_for
-from tensorboards.backends import BoardBackend, BoardError, BoardProcess, BoardSpec, LocalBoardBackend
-from tensorboards.backends_k8s import DEFAULT_IMAGE, KubeBoardSpec, KubernetesBoardBackend, job_run
+from tensorboards.backends import BoardBackend, BoardError, BoardProcess, LocalBoardBackend
 from tensorboards.models import TensorBoard
+from tensorboards.services.backend import _call, _identity, _owns, _process, board_backend
+from tensorboards.services.reads import board_get, board_of_job
+from tensorboards.services.runs import _spec
 
 MAX_COMPARE = 10
 # A visit is written down at most this often: TensorBoard's UI sends many requests a minute.
@@ -56,68 +44,6 @@ STARTING, RUNNING, STOPPED, FAILED = (
     TensorBoard.Status.STOPPED,
     TensorBoard.Status.FAILED,
 )
-
-
-def board_backend(board: TensorBoard | None = None) -> BoardBackend:
-    """The backend of the board's jobs' cluster (they share one: board_start_compare sees to it)."""
-    cluster = _cluster_of(board) if board is not None else None
-    if cluster is None or cluster.backend != Cluster.Backend.KUBERNETES:
-        # A trusted cluster (isolation: none) runs its boards as plain processes, like its jobs.
-        trusted = cluster is not None and cluster.settings.get("isolation") == "none"
-        return LocalBoardBackend(settings.PORTAL_DATA_ROOT / "tensorboard", sandboxed=False if trusted else None)
-    try:
-        return KubernetesBoardBackend(
-            kube_for(cluster),
-            cluster_settings(cluster),
-            image=cluster.settings.get("tensorboard_image") or DEFAULT_IMAGE,
-            cluster_domain=cluster.settings.get("cluster_domain") or "cluster.local",
-        )
-    except ExecutorError as exc:
-        raise BoardError(exc.message, permanent=exc.permanent) from exc
-
-
-def _cluster_of(board: TensorBoard) -> Cluster | None:
-    job = board.jobs.select_related("cluster").order_by("pk").first()
-    return job.cluster if job is not None else None
-
-
-# --- Reads ----------------------------------------------------------------------------
-
-
-def board_url(board: TensorBoard) -> str:
-    if board.is_compare:
-        return f"/tensorboard/compare/{board.pk}/"
-    return f"/tensorboard/{board.key.removeprefix('job:')}/"
-
-
-def board_job_ids(board: TensorBoard) -> list[int]:
-    return sorted(board.jobs.values_list("pk", flat=True))
-
-
-def board_of_job(*, job: Job) -> TensorBoard | None:
-    return TensorBoard.objects.filter(key=f"job:{job.pk}").first()
-
-
-def board_get(*, user, board_id: int) -> TensorBoard | None:
-    """A comparison board if the user may see every job of it; None otherwise (answered as 404 alike)."""
-    board = TensorBoard.objects.filter(pk=board_id, key__startswith="compare:").first()
-    if board is None:
-        return None
-    ids = board_job_ids(board)
-    visible = selectors.jobs_for(user=user).filter(pk__in=ids).count()
-    return board if ids and visible == len(ids) else None
-
-
-def boards_for(*, user) -> list[TensorBoard]:
-    """Boards all of whose jobs the user may see, newest first."""
-    visible = selectors.jobs_for(user=user).values("pk")
-    hidden = TensorBoard.jobs.through.objects.exclude(job_id__in=visible).values("tensorboard_id")
-    return list(
-        TensorBoard.objects.filter(jobs__in=visible).exclude(pk__in=hidden).distinct().order_by("-started_at", "-pk")
-    )
-
-
-# --- Starting ---------------------------------------------------------------------------
 
 
 def board_start_for_job(*, user, job: Job, restart_failed: bool = True, now: datetime | None = None) -> TensorBoard:
@@ -172,7 +98,7 @@ def board_open(
         if board is None or board.status != RUNNING:
             board = board_start_for_job(user=user, job=job, restart_failed=False, now=now)
     else:
-        board = board_get(user=user, board_id=board_id)
+        board = board_get(user=user, board_id=board_id)  # type: ignore[arg-type]  # given when job_id is not
         if board is None:
             return None
         if board.status != RUNNING:
@@ -271,9 +197,6 @@ def board_touch(*, board: TensorBoard, now: datetime | None = None) -> None:
     board.last_access_at = now
 
 
-# --- Stopping ----------------------------------------------------------------------------
-
-
 def board_stop(*, board: TensorBoard, message: str = "Stopped.") -> TensorBoard:
     process = _process(board)
     if not _settle(board, to=STOPPED, message=message):
@@ -281,30 +204,6 @@ def board_stop(*, board: TensorBoard, message: str = "Stopped.") -> TensorBoard:
     if process is not None:
         _call(lambda: board_backend(board).stop(process))
     return board
-
-
-def boards_stop_idle(*, now: datetime | None = None) -> int:
-    """Stop every board nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS. Returns how many were stopped."""
-    now = now or timezone.now()
-    idle_seconds = settings.PORTAL_TENSORBOARD_IDLE_SECONDS
-    idle = TensorBoard.objects.filter(
-        status__in=[STARTING, RUNNING], last_access_at__lt=now - timedelta(seconds=idle_seconds)
-    )
-    stopped = 0
-    for board in idle:
-        board_stop(board=board, message=f"Stopped after {idle_seconds} s without a visit; it starts again when opened.")
-        stopped += board.status == STOPPED
-    return stopped
-
-
-def boards_reconcile(*, now: datetime | None = None) -> int:
-    """Periodic care: stop idle boards, notice dead or ready ones, show jobs' new runs. Returns how many were stopped."""
-    stopped = boards_stop_idle(now=now)
-    for board in TensorBoard.objects.filter(status__in=[STARTING, RUNNING]):
-        board = board_observe(board=board, now=now)
-        if board.status == RUNNING and board_verify(board=board):
-            _call(lambda board=board: board_backend(board).sync_runs(_spec(board)))
-    return stopped
 
 
 # --- Helpers -------------------------------------------------------------------------------
@@ -359,83 +258,12 @@ def _settle(board: TensorBoard, *, to: str, message: str) -> bool:
     return bool(changed)
 
 
-def _owns(backend: BoardBackend, process: BoardProcess) -> bool:
-    # A Kubernetes board is a pod behind a Service in the department's namespace, not a port on this host.
-    return not isinstance(backend, LocalBoardBackend) or backend.owns(process)
-
-
 def _disown(board: TensorBoard, backend: BoardBackend, process: BoardProcess, *, message: str) -> None:
     """Stop the board whose port is not its own; it starts again, on a new port, when next opened."""
     _verified.pop(board.pk, None)
     if _settle(board, to=STOPPED, message=message):
         # Only our own process is signalled (its pid and start time are checked), never the one on the port.
         _call(lambda: backend.stop(process))
-
-
-def _identity(board: TensorBoard) -> tuple:
-    return board.pid, board.handle, board.host, board.port
-
-
-def _process(board: TensorBoard) -> BoardProcess | None:
-    if board.port is None:
-        return None
-    return BoardProcess(host=board.host, port=board.port, pid=board.pid, handle=board.handle)
-
-
-def _spec(board: TensorBoard) -> BoardSpec:
-    runs = []
-    jobs = list(board.jobs.select_related("cluster", "department").order_by("pk"))
-    if jobs and jobs[0].cluster.backend == Cluster.Backend.KUBERNETES:
-        # Event files are on the department's job volume under each run's subPath (jobs/executors/manifests.py).
-        # Only the current run is known there: earlier runs of a re-queued job are not listed.
-        runs = [job_run(f"{_run_name(job)}-{job.pk}", job.storage_key) for job in jobs]
-        return KubeBoardSpec(
-            board_id=board.pk,
-            path_prefix=board_url(board).rstrip("/"),
-            runs=tuple(runs),
-            department=jobs[0].department.slug,
-        )
-    for job in jobs:
-        runs.extend(_runs_of(job))
-    return BoardSpec(board_id=board.pk, path_prefix=board_url(board).rstrip("/"), runs=tuple(runs))
-
-
-def _runs_of(job: Job) -> list[tuple[str, str]]:
-    """(run name, event folder) of the job's runs on the local executor, every run of a re-queued job included.
-
-    Today's layout keeps one folder per job, <root>/tensorboard/<job id>/run-<PORTAL_RUN_INDEX>/ (local_jobdir.py):
-    it is shown as one entry, so TensorBoard lists its runs as "<name>-<id>/run-0", "<name>-<id>/run-1" ... and a
-    new run appears without touching the board. Jobs that ran before it have one folder per admission,
-    <root>/jobs/<run id>/tensorboard/, each shown as "<name>-<run id>".
-    """
-    try:
-        executor = executor_for(job.cluster)
-    except ExecutorError as exc:
-        raise Conflict(f"TensorBoard is not available for job {job.pk}: {exc.message}") from exc
-    root = Path(executor.root)
-    jobs_root = root / "jobs"
-    run_ids = {
-        path.name
-        for path in jobs_root.glob(f"{job.pk}-*")
-        if re.fullmatch(rf"{job.pk}-[0-9a-f]+", path.name)
-        and JobDir(path).tensorboard.is_dir()
-        and JobDir(path).belongs_to(job.storage_key)
-    }
-    runs = [(f"{_run_name(job)}-{run_id}", str(JobDir(jobs_root / run_id).tensorboard)) for run_id in sorted(run_ids)]
-    return [*runs, (f"{_run_name(job)}-{job.pk}", str(root / "tensorboard" / job.storage_key))]
-
-
-def _run_name(job: Job) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", job.name)[:40] or "job"
-
-
-def _call(operation):
-    try:
-        return operation()
-    except BoardError as exc:
-        if exc.permanent:
-            raise Conflict(exc.message) from exc
-        return None  # transient: the next visit or the periodic task tries again
 
 
 def _ids(ids: list[int]) -> str:
