@@ -11,6 +11,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from accounts import selectors as account_selectors
+from core.code_url import MAX_CODE_URL
 from images import selectors as image_selectors
 from jobs import services as job_services
 from quotas import selectors as quota_selectors
@@ -32,7 +33,7 @@ class JobForm(forms.Form):
     cluster = forms.ChoiceField(label=_("Cluster"))
     code_url = forms.CharField(
         label=_("Code URL"),
-        max_length=2000,
+        max_length=MAX_CODE_URL,  # the limit of the one code-URL rule (core.code_url)
         strip=False,
         help_text=_("A git repository: https://, ssh://, git:// or git@host:path."),
     )

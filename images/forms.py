@@ -8,6 +8,7 @@ from django.utils.translation import gettext_lazy as _
 
 from accounts import selectors as account_selectors
 from clusters.models import Cluster
+from core.code_url import MAX_CODE_URL
 from images.models import FrameworkImage
 
 
@@ -29,7 +30,7 @@ class BuildForm(forms.Form):
     )
     code_url = forms.CharField(
         label=_("Repository URL"),
-        max_length=2000,
+        max_length=MAX_CODE_URL,  # the limit of the one code-URL rule (core.code_url)
         required=False,
         help_text=_("An https:// git repository that holds the Dockerfile."),
     )
