@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
@@ -21,7 +22,7 @@ from django.views.decorators.http import require_POST
 from accounts.access import managed_department
 from core.api import visible_or_404
 from core.errors import Conflict, InvalidInput
-from core.forms import show_errors
+from core.forms import form_page, show_errors
 from webhooks import selectors, services, signing
 
 DELIVERY_PAGE_SIZE = 25
@@ -112,28 +113,17 @@ def webhook_list(request, slug):
 @login_required
 def webhook_edit(request, slug, webhook_id):
     department, webhook = _webhook(request, slug, webhook_id)
-    form = WebhookForm(
-        request.POST or None,
-        initial={"name": webhook.name, "url": webhook.url, "events": webhook.events, "active": webhook.active},
-    )
-    if request.method == "POST" and form.is_valid():
-        try:
-            services.webhook_update(actor=request.user, webhook=webhook, values=form.cleaned_data)
-        except InvalidInput as exc:
-            show_errors(form, exc)
-        else:
-            messages.success(request, _("Webhook %(name)s saved.") % {"name": webhook.name})
-            return redirect("console:webhooks", slug=department.slug)
-    return render(
+    return form_page(
         request,
-        "webhooks/edit.html",
-        {
-            "department": department,
-            "section": "webhooks",
-            "webhook": webhook,
-            "form": form,
-        },
-        status=400 if request.method == "POST" else 200,
+        WebhookForm(
+            request.POST or None,
+            initial={"name": webhook.name, "url": webhook.url, "events": webhook.events, "active": webhook.active},
+        ),
+        save=lambda values: services.webhook_update(actor=request.user, webhook=webhook, values=values),
+        saved=_("Webhook %(name)s saved.") % {"name": webhook.name},
+        done=reverse("console:webhooks", kwargs={"slug": department.slug}),
+        template="webhooks/edit.html",
+        context={"department": department, "section": "webhooks", "webhook": webhook},
     )
 
 
