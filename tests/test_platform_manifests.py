@@ -218,7 +218,7 @@ def test_it_gives_settings_that_the_portal_accepts(rendered, variant, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
-    assert seen["engine"] == "django.db.backends.postgresql"
+    assert seen["engine"] == "django_prometheus.db.backends.postgresql"  # django.db.backends.postgresql, instrumented
     assert seen["broker"] == secret["REDIS_URL"] and seen["channels"] == "channels_redis.core.RedisChannelLayer"
     assert seen["key"] == secret["DJANGO_SECRET_KEY"] and seen["debug"] is False
     assert "localhost" in seen["hosts"]  # the probes' Host header
