@@ -1,6 +1,6 @@
 """Pytest fixtures for the Kubernetes API fake; tests/conftest.py loads them (pytest_plugins).
 
-- ``kube``: a running KubeFake (tests/k8s/kfake.py); the test fails if the fake hit a bug of its own.
+- ``kube``: a running KubeFake (tests/k8s/kfake/); the test fails if the fake hit a bug of its own.
 - ``kube_api``: the portal's ``Kube`` wrapper talking to it, with a short timeout and a sleep that only
   records the backoff delays (``kube_api.slept``), so retries cost no wall time.
 """
