@@ -11,27 +11,27 @@ quota allows it (ledger) and the GPUs are there (placement). If not:
   jobs behind it may run if they do not delay its estimated start, and jobs
   within the department's nominal never wait behind a head that needs to
   borrow or whose start cannot be estimated.
+
+The cycle's state is quotas.scheduler.state, making room (waiting for stopping jobs, evicting, moving) is
+quotas.scheduler.room; this module is the cycle itself: the order of turns, admission, backfilling, the heads
+jobs wait behind and the reasons they wait.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict, deque
+from collections import defaultdict
 from typing import Any
 
-from quotas.scheduler.eta import Releases, estimate_starts
-from quotas.scheduler.ledger import Ledger
-from quotas.scheduler.moves import find_moves
-from quotas.scheduler.placement import FULL, Occupancy, policy_for
-from quotas.scheduler.preemption import find_victims
+from quotas.scheduler.eta import estimate_starts
+from quotas.scheduler.placement import FULL
+from quotas.scheduler.room import RoomMaker
 from quotas.scheduler.types import (
     GREEDY,
     STRICT_FIFO,
     Admission,
     Decisions,
     PendingJob,
-    PoolState,
-    Preemption,
     RunningJob,
     Snapshot,
     Waiting,
@@ -51,90 +51,7 @@ def schedule(snapshot: Snapshot, *, now: float) -> Decisions:
     return decisions
 
 
-EVICTION_SEARCHES_PER_CYCLE = 64
-MOVE_SEARCHES_PER_CYCLE = 8  # a move search looks at every node
-
-
-class _Cycle:
-    def __init__(
-        self,
-        snapshot: Snapshot,
-        pool: PoolState,
-        pending: list[PendingJob],
-        running: list[RunningJob],
-        now: float,
-        decisions: Decisions,
-    ):
-        self.pool, self.now, self.decisions, self.snapshot = pool, now, decisions, snapshot
-        self.stopping = [job for job in running if job.terminating]
-        # the occupancy and the quota ledger once every stopping job is gone (made when needed)
-        self.after_stop: Occupancy | None = None
-        self.after_stop_ledger: Ledger | None = None
-        self.running = [job for job in running if not job.terminating]
-        # Who may be evicted, in eviction order, sorted once per cycle: lowest priority, then least work lost
-        # (most recently started, or most recently checkpointed for jobs that declare their checkpoints).
-        self.evictable = sorted(
-            (
-                job
-                for job in running
-                if job.preemptible and not job.terminating and now - job.started_at >= pool.min_runtime_seconds
-            ),
-            key=lambda job: (job.priority, job.unsaved(now)),
-        )
-        self.evictable_gpus: dict[str, float] = defaultdict(float)
-        for job in self.evictable:
-            self.evictable_gpus[job.department] += job.gpus
-        # Least attained service: who has had the most GPU-seconds (and ran long enough this time) goes first.
-        self.policy = policy = snapshot.service
-        self.by_service: list[tuple[float, RunningJob]] = []
-        self.service_gpus = 0.0  # an upper bound of what service evictions can free for a fresh job
-        if policy.enabled:
-            self.by_service = sorted(
-                (
-                    (job.service(now), job)
-                    for job in self.evictable
-                    if now - job.started_at >= policy.min_run_seconds
-                    and (not job.checkpoint_every or job.unsaved(now) <= policy.max_unsaved_seconds)
-                ),
-                key=lambda pair: -pair[0],
-            )
-            fresh_floor = policy.factor * policy.quantum
-            self.service_gpus = sum(job.gpus for service, job in self.by_service if service >= fresh_floor)
-        usage: dict[str, float] = defaultdict(float)
-        fixed: dict[str, float] = defaultdict(float)
-        for job in running:
-            usage[job.department] += job.gpus
-            if not job.preemptible:
-                fixed[job.department] += job.gpus
-        self.ledger = Ledger(pool, [q for q in snapshot.quotas if q.pool_id == pool.pool_id], usage, fixed)
-        self.occupancy = Occupancy(pool, policy_for(pool, pending, running))
-        self.releases = Releases(float(pool.total), now)
-        for job in running:
-            self.releases.book(job.deadline, job.gpus)
-        queues: dict[str, list[PendingJob]] = defaultdict(list)
-        self.nominated: list[PendingJob] = []
-        for waiting_job in pending:
-            queues[waiting_job.department].append(waiting_job)
-            if waiting_job.nominated:
-                self.nominated.append(waiting_job)
-        self.by_id = {job.job_id: job for job in pending}
-        quantum = policy.quantum if policy.enabled else float("inf")
-        self.queues = {
-            d: deque(sorted(q, key=lambda j: (-j.priority, j.attained >= quantum, j.submitted_at, j.job_id)))
-            for d, q in queues.items()
-        }
-        self.waiting: list[tuple[int, str, str]] = []  # job id, reason, message, in admission order
-        # department -> [blocked head, its estimated start (shadow time), GPUs booked at that time]
-        self.heads: dict[str, list[Any]] = {}
-        self.head_reasons: dict[str, str] = {}
-        self.reclaiming_for: PendingJob | None = None  # a guaranteed job GPUs are being freed for
-        self._borrowers_at = -1
-        self._borrowers_cache: list[tuple[str, float]] = []
-        self._once_stopped: dict[tuple[Any, ...], bool] = {}
-        self.on_node: dict[str, list[RunningJob]] | None = None
-        # Eviction searches are the costly part of a cycle: this many per cycle, the rest try next cycle.
-        self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE
-
+class _Cycle(RoomMaker):
     def run(self) -> None:
         # Guaranteed ones first: GPUs freed for a borrower must not keep a guaranteed job waiting (they would
         # evict each other's department in turn, for ever).
@@ -325,119 +242,3 @@ class _Cycle:
             )
             self._borrowers_at = len(self.decisions.admissions)
         return self._borrowers_cache
-
-    def _make_room(self, job: PendingJob, reason: str, message: str) -> tuple[str, str]:
-        if self.stopping and self._fits_once_stopped(job):
-            # Not booked: several jobs may count on the same GPUs; the next cycle gives them to the first in
-            # line (nominated, guaranteed first) and the others make room then. Booking them here made later
-            # jobs evict more at once, and the ITP replay had more guarantee violations (75 against 20).
-            ids = ", ".join(f"#{r.job_id}" for r in self.stopping)
-            return "preemption_in_progress", f"Waiting for {ids} to stop (grace period); then it starts. {message}"
-        victims = None
-        if self.searches_left > 0 and self._eviction_could_help(job):
-            self.searches_left -= 1
-            floor = self.policy.factor * max(job.attained, self.policy.quantum)
-            victims = find_victims(job, self.ledger, self.occupancy, self.evictable, self.by_service, floor)
-        if (
-            not victims
-            and self.moves_left > 0
-            and job.gpus_per_worker >= 1
-            and self.ledger.within_nominal(job.department, job.gpus)
-            and self.occupancy.free + self._reclaimable() + 1e-9 >= job.gpus
-        ):
-            # Guaranteed, and enough GPUs are free or borrowed, but scattered over nodes that hold others'
-            # guaranteed work: clear some nodes, moving what is guaranteed elsewhere.
-            self.moves_left -= 1
-            victims = find_moves(job, self.ledger, self.occupancy, self._on_node(), {r.job_id for r in self.evictable})
-        if not victims:
-            return reason, message
-        names = []
-        for victim, why in victims:
-            self._evict(victim, why, job)
-            names.append(f"#{victim.job_id} ({victim.department}, {why})")
-        return "preemption_in_progress", f"Preempting {', '.join(names)} to make room; it starts when they stop."
-
-    def _on_node(self) -> dict[str, list[RunningJob]]:
-        """node -> the running (not stopping) workloads with a worker there; made once, kept up to date."""
-        if self.on_node is None:
-            self.on_node = defaultdict(list)
-            for run in self.running:
-                for node in {slot.node for slot in run.slots}:
-                    self.on_node[node].append(run)
-        return self.on_node
-
-    def _evict(self, victim: RunningJob, why: str, job: PendingJob) -> None:
-        if why == "reclaim":
-            what = f"{victim.department} borrows GPUs that {job.department}'s nominal guarantees"
-        elif why == "priority":
-            what = f"it has lower priority than #{job.job_id}"
-        elif why == "move":
-            what = (
-                f"#{job.job_id} is within {job.department}'s nominal and needs whole GPUs on the node this job "
-                "holds; it starts again at once on other GPUs, from its last checkpoint"
-            )
-        else:
-            what = (
-                f"it has had {victim.service(self.now) / 3600:.1f} GPU-hours of service and #{job.job_id} "
-                f"{job.attained / 3600:.1f}; borrowed GPUs go to the less served job first"
-            )
-        self.decisions.preemptions.append(
-            Preemption(
-                job_id=victim.job_id,
-                reason=why,
-                for_job=job.job_id,
-                message=f"Preempted for job #{job.job_id}: {what}.",
-            )
-        )
-        # by identity: comparing frozen dataclasses field by field made this the slowest step of a cycle
-        self.evictable = [r for r in self.evictable if r is not victim]
-        self.running = [r for r in self.running if r is not victim]
-        if self.on_node is not None:
-            for node in {slot.node for slot in victim.slots}:
-                self.on_node[node] = [r for r in self.on_node[node] if r is not victim]
-        self.evictable_gpus[victim.department] -= victim.gpus
-        remaining = [pair for pair in self.by_service if pair[1] is not victim]
-        if len(remaining) < len(self.by_service):
-            self.by_service = remaining
-            if victim.service(self.now) >= self.policy.factor * self.policy.quantum:
-                self.service_gpus -= victim.gpus
-        self.stopping.append(victim)
-        if self.after_stop is not None:
-            self.after_stop.release(victim.slots)
-            assert self.after_stop_ledger is not None  # made together with after_stop
-            self.after_stop_ledger.remove(victim.department, victim.gpus, fixed=not victim.preemptible)
-
-    def _fits_once_stopped(self, job: PendingJob) -> bool:
-        """Would ``job`` fit once the stopping jobs are gone? Kept as a second occupancy and ledger, made when
-        first asked and then kept in step with admissions and evictions."""
-        if self.after_stop is None:
-            self.after_stop, self.after_stop_ledger = self.occupancy.copy(), self.ledger.copy()
-            for stopping in self.stopping:
-                self.after_stop.release(stopping.slots)
-                self.after_stop_ledger.remove(stopping.department, stopping.gpus, fixed=not stopping.preemptible)
-        assert self.after_stop_ledger is not None  # made together with after_stop
-        if job.gpus > self.after_stop.free + 1e-9:
-            return False
-        if self.after_stop_ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
-            return False
-        # the same shape asked again with nothing admitted or evicted meanwhile gets the same answer
-        key = (job.workers, job.gpus_per_worker, len(self.decisions.admissions), len(self.stopping))
-        if key not in self._once_stopped:
-            self._once_stopped[key] = self.after_stop.fits(job.workers, job.gpus_per_worker)
-        return self._once_stopped[key]
-
-    def _reclaimable(self) -> float:
-        return sum(min(gpus, self.ledger.borrowed(department)) for department, gpus in self.evictable_gpus.items())
-
-    def _eviction_could_help(self, job: PendingJob) -> bool:
-        """A cheap upper bound: could evicting every candidate free enough GPUs at all?"""
-        gain = (
-            self.evictable_gpus[job.department] + self.service_gpus
-        )  # own lower-priority work, long-served work (over-estimates)
-        if self.ledger.within_nominal(job.department, job.gpus):
-            gain += sum(
-                gpus
-                for department, gpus in self.evictable_gpus.items()
-                if department != job.department and self.ledger.borrowed(department) > 0
-            )
-        return gain > 0 and self.occupancy.free + sum(r.gpus for r in self.stopping) + gain + 1e-9 >= job.gpus

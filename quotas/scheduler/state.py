@@ -1,0 +1,103 @@
+"""The state of one pool's scheduling cycle (quotas.scheduler.core._Cycle), set up from the snapshot.
+
+Owns what a cycle starts from and keeps up to date while it admits and evicts: the running jobs (and those
+already stopping), who may be evicted in eviction order and by attained service, the quota ledger, the
+occupancy of the pool's nodes, the GPUs' expected releases, each department's queue in order, the blocked
+heads, and the budget of eviction and move searches per cycle.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from typing import Any
+
+from quotas.scheduler.eta import Releases
+from quotas.scheduler.ledger import Ledger
+from quotas.scheduler.placement import Occupancy, policy_for
+from quotas.scheduler.types import Decisions, PendingJob, PoolState, RunningJob, Snapshot
+
+EVICTION_SEARCHES_PER_CYCLE = 64
+MOVE_SEARCHES_PER_CYCLE = 8  # a move search looks at every node
+
+
+class CycleState:
+    """What one pool's cycle knows and keeps up to date; _Cycle (quotas.scheduler.core) acts on it."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        pool: PoolState,
+        pending: list[PendingJob],
+        running: list[RunningJob],
+        now: float,
+        decisions: Decisions,
+    ):
+        self.pool, self.now, self.decisions, self.snapshot = pool, now, decisions, snapshot
+        self.stopping = [job for job in running if job.terminating]
+        # the occupancy and the quota ledger once every stopping job is gone (made when needed)
+        self.after_stop: Occupancy | None = None
+        self.after_stop_ledger: Ledger | None = None
+        self.running = [job for job in running if not job.terminating]
+        # Who may be evicted, in eviction order, sorted once per cycle: lowest priority, then least work lost
+        # (most recently started, or most recently checkpointed for jobs that declare their checkpoints).
+        self.evictable = sorted(
+            (
+                job
+                for job in running
+                if job.preemptible and not job.terminating and now - job.started_at >= pool.min_runtime_seconds
+            ),
+            key=lambda job: (job.priority, job.unsaved(now)),
+        )
+        self.evictable_gpus: dict[str, float] = defaultdict(float)
+        for job in self.evictable:
+            self.evictable_gpus[job.department] += job.gpus
+        # Least attained service: who has had the most GPU-seconds (and ran long enough this time) goes first.
+        self.policy = policy = snapshot.service
+        self.by_service: list[tuple[float, RunningJob]] = []
+        self.service_gpus = 0.0  # an upper bound of what service evictions can free for a fresh job
+        if policy.enabled:
+            self.by_service = sorted(
+                (
+                    (job.service(now), job)
+                    for job in self.evictable
+                    if now - job.started_at >= policy.min_run_seconds
+                    and (not job.checkpoint_every or job.unsaved(now) <= policy.max_unsaved_seconds)
+                ),
+                key=lambda pair: -pair[0],
+            )
+            fresh_floor = policy.factor * policy.quantum
+            self.service_gpus = sum(job.gpus for service, job in self.by_service if service >= fresh_floor)
+        usage: dict[str, float] = defaultdict(float)
+        fixed: dict[str, float] = defaultdict(float)
+        for job in running:
+            usage[job.department] += job.gpus
+            if not job.preemptible:
+                fixed[job.department] += job.gpus
+        self.ledger = Ledger(pool, [q for q in snapshot.quotas if q.pool_id == pool.pool_id], usage, fixed)
+        self.occupancy = Occupancy(pool, policy_for(pool, pending, running))
+        self.releases = Releases(float(pool.total), now)
+        for job in running:
+            self.releases.book(job.deadline, job.gpus)
+        queues: dict[str, list[PendingJob]] = defaultdict(list)
+        self.nominated: list[PendingJob] = []
+        for waiting_job in pending:
+            queues[waiting_job.department].append(waiting_job)
+            if waiting_job.nominated:
+                self.nominated.append(waiting_job)
+        self.by_id = {job.job_id: job for job in pending}
+        quantum = policy.quantum if policy.enabled else float("inf")
+        self.queues = {
+            d: deque(sorted(q, key=lambda j: (-j.priority, j.attained >= quantum, j.submitted_at, j.job_id)))
+            for d, q in queues.items()
+        }
+        self.waiting: list[tuple[int, str, str]] = []  # job id, reason, message, in admission order
+        # department -> [blocked head, its estimated start (shadow time), GPUs booked at that time]
+        self.heads: dict[str, list[Any]] = {}
+        self.head_reasons: dict[str, str] = {}
+        self.reclaiming_for: PendingJob | None = None  # a guaranteed job GPUs are being freed for
+        self._borrowers_at = -1
+        self._borrowers_cache: list[tuple[str, float]] = []
+        self._once_stopped: dict[tuple[Any, ...], bool] = {}
+        self.on_node: dict[str, list[RunningJob]] | None = None
+        # Eviction searches are the costly part of a cycle: this many per cycle, the rest try next cycle.
+        self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE
