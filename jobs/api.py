@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import parse_input, visible_or_404
-from jobs import lifecycle, selectors, services
+from jobs import lifecycle, running, selectors, services
 from jobs.filters import JobFilter, QueueFilter
 from jobs.models import Job, JobEvent
 
@@ -240,7 +240,7 @@ class JobLogsApi(APIView):
         if errors:
             raise ValidationError(errors)
         follow = params.get("follow", "").lower() in {"1", "true", "yes"}
-        executor = services.executor_for(job.cluster)
+        executor = running.executor_for(job.cluster)
         if not follow:
             lines = selectors.log_tail(executor.logs(job.run_id, worker, 0), tail) if job.run_id else []
             return HttpResponse("".join(lines), content_type="text/plain; charset=utf-8")

@@ -2,24 +2,24 @@
 
 from celery import shared_task
 
-from jobs import services
+from jobs import running
 
 
 @shared_task
 def launch_job(job_id: int) -> None:
-    services.job_launch(job_id=job_id)
+    running.job_launch(job_id=job_id)
 
 
 @shared_task
 def cancel_job(job_id: int) -> None:
-    services.job_stop_on_executor(job_id=job_id)
+    running.job_stop_on_executor(job_id=job_id)
 
 
 @shared_task(expires=30)
 def reconcile_jobs() -> None:
-    services.jobs_reconcile()
+    running.jobs_reconcile()
 
 
 @shared_task(expires=600)
 def collect_garbage() -> None:
-    services.jobs_collect_garbage()
+    running.jobs_collect_garbage()

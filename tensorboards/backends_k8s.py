@@ -21,7 +21,7 @@ from clusters.backends import kube_call, kube_where
 from clusters.errors import ExecutorError
 from clusters.k8s import DEPARTMENT_LABEL, MANAGED_BY, ClusterSettings
 from clusters.manifest_validation import ManifestInvalid, check_manifests
-from jobs.executors.manifests import job_tensorboard_subpath
+from jobs.executors.k8s_names import job_tensorboard_subpath
 from tensorboards.backends import BoardError, BoardProcess, BoardSpec
 
 DEFAULT_IMAGE = "tensorflow/tensorflow:2.18.0"  # ships `tensorboard`; a cluster setting can replace it

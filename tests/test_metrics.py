@@ -24,7 +24,7 @@ from config.metrics.collector import FAMILIES, RENAMED
 from config.metrics.selectors import ADMISSION_WAIT_BOUNDS_S
 from jobs import lifecycle
 from jobs.models import Job, JobEvent
-from jobs.services import job_stop_on_executor
+from jobs.running import job_stop_on_executor
 from jobs.transitions import job_transition
 from models_registry.models import ModelVersion, RegisteredModel
 from quotas.models import Quota

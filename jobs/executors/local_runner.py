@@ -4,9 +4,9 @@ Owns everything that happens to a job after LocalExecutor.launch(): fetching the
 virtualenv, starting its workers, and ending the job (success, a failed worker, cancel, deadline, setup
 timeout), with every phase recorded in state.json. This module is the supervisor loop (start the workers,
 watch them, end the job); the setup steps before it (fetch, requirements, environment) are local_setup.py's,
-how a job ends (judging exits, killing the sandbox, recording the ending) local_endings.py's. The layout of a
-job directory (JobDir) is in local_jobdir.py, what a sandbox sees in sandbox.py, the process bookkeeping in
-local_procs.py.
+how a job ends (judging exits, killing the sandbox, recording the ending) local_endings.py's, the environment
+each worker gets (the job environment contract) local_env.py's. The layout of a job directory (JobDir) is in
+local_jobdir.py, what a sandbox sees in sandbox.py, the process bookkeeping in local_procs.py.
 
 With ``isolation: sandbox`` (the default) every step that runs a stranger's code or touches the network runs
 in a bubblewrap sandbox under the department's uid: the clone and checkout (a setup sandbox that sees only
@@ -26,10 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -38,15 +35,13 @@ import time
 import traceback
 from pathlib import Path
 
-from clusters import sandbox
+from clusters import sandbox, sandbox_start
 from clusters.local_procs import TICK, become_subreaper, kill_groups, reap, start_time
 from jobs.executors import venvs
 from jobs.executors.base import (
     CANCELLED,
     FAILED,
     RUNNING,
-    JobSpec,
-    WorkerPlacement,
 )
 from jobs.executors.local_endings import (
     Ended,
@@ -56,6 +51,14 @@ from jobs.executors.local_endings import (
     kill_pod,
     record_ending,
 )
+from jobs.executors.local_env import (
+    CHECKPOINT_AT,
+    OUTPUT_AT,
+    SANDBOX_MASTER_PORT,
+    TENSORBOARD_AT,
+    View,
+    worker_env,
+)
 from jobs.executors.local_jobdir import (
     JobDir,
     placement_from_dict,
@@ -63,115 +66,14 @@ from jobs.executors.local_jobdir import (
     spec_from_dict,
     write_json,
 )
-from jobs.executors.local_setup import CODE_AT, SANDBOX_PATH, SetupSteps, inherited_env
+from jobs.executors.local_setup import CODE_AT, SANDBOX_PATH, SetupSteps
 
 LAUNCHER = Path(__file__).with_name("sandbox_init.py")
 
-RESERVED = (
-    "PORTAL_JOB_ID",
-    "PORTAL_JOB_NAME",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TF_CONFIG",
-    "CUDA_VISIBLE_DEVICES",
-    "PORTAL_GPU_FRACTION",
-    "TENSORBOARD_LOG_DIR",
-    "PORTAL_OUTPUT_DIR",
-    "PORTAL_CHECKPOINT_DIR",
-    "PORTAL_RUN_INDEX",
-    "PORTAL_RESUMED",
-    "VIRTUAL_ENV",
-    "PYTHONUNBUFFERED",
-)
-
-# Where a sandboxed job finds its folders.
-OUTPUT_AT, TENSORBOARD_AT, CHECKPOINT_AT = (
-    "/portal/output",
-    "/portal/tensorboard",
-    "/portal/checkpoint",
-)  # CODE_AT: local_setup.py
 EXIT_AT, WORKERS_AT, LAUNCHER_AT = "/portal/exit", "/portal/workers.json", "/portal/init.py"
-SANDBOX_MASTER_PORT = 29500
+
+
 # --------------------------------------------------------------------------------------------- runner
-
-
-def _without_portal_venv(path: str) -> str:
-    # The portal's own virtualenv must not be on a job's PATH: `pip install` there would change the portal.
-    if sys.prefix == sys.base_prefix:
-        return path
-    portal_bin = os.path.join(sys.prefix, "bin")
-    return ":".join(entry for entry in path.split(":") if os.path.realpath(entry) != os.path.realpath(portal_bin))
-
-
-def env_name(name: str) -> str:
-    return "PORTAL_DATA_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
-
-
-@dataclasses.dataclass(frozen=True)
-class View:
-    """Where the job's folders are, as its commands see them (sandbox paths, or the host's in trusted mode)."""
-
-    code: str
-    output: str
-    tensorboard: str
-    checkpoint: str
-    env: str
-    master_port: int
-    mounts: dict[str, str]  # storage name -> path
-
-
-def worker_env(
-    spec: JobSpec,
-    placement: WorkerPlacement,
-    *,
-    local_rank: int,
-    view: View,
-    launch: dict,
-    sandboxed: bool,
-    visible_gpus: str | None = None,
-) -> dict[str, str]:
-    """The job environment contract (docs/architecture.md), as one worker sees it."""
-    env = inherited_env(sandboxed=sandboxed)
-    env.update({k: v for k, v in spec.env.items() if k not in RESERVED})
-    path = env.get("PATH") or os.defpath
-    env.update(
-        {
-            "PORTAL_JOB_ID": spec.job_id,
-            "PORTAL_JOB_NAME": spec.name,
-            "WORLD_SIZE": str(spec.workers),
-            "RANK": str(placement.worker),
-            "LOCAL_RANK": str(local_rank),
-            "MASTER_ADDR": "127.0.0.1" if sandboxed else launch["master_addr"],
-            "MASTER_PORT": str(view.master_port),
-            "CUDA_VISIBLE_DEVICES": visible_gpus
-            if visible_gpus is not None
-            else ",".join(str(g) for g in placement.gpus),
-            "TENSORBOARD_LOG_DIR": view.tensorboard,
-            "PORTAL_OUTPUT_DIR": view.output,
-            "PORTAL_CHECKPOINT_DIR": view.checkpoint,
-            "PORTAL_RUN_INDEX": str(spec.run_index),
-            "VIRTUAL_ENV": view.env,
-            "PATH": f"{view.env}/bin:{_without_portal_venv(path)}",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    if spec.run_index > 0:
-        env["PORTAL_RESUMED"] = "1"
-    for mount in spec.mounts:
-        env[env_name(mount.name)] = view.mounts[mount.name]
-    if placement.gpu_fraction is not None:
-        env["PORTAL_GPU_FRACTION"] = str(placement.gpu_fraction)
-    if spec.framework == "tensorflow":
-        addr = "127.0.0.1" if sandboxed else launch["master_addr"]
-        ports = [SANDBOX_MASTER_PORT + 1 + i for i in range(spec.workers)] if sandboxed else launch["tf_ports"]
-        hosts = [f"{addr}:{port}" for port in ports]
-        env["TF_CONFIG"] = json.dumps(
-            {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": placement.worker}}
-        )
-    return env
 
 
 class Runner(SetupSteps):
@@ -377,7 +279,7 @@ class Runner(SetupSteps):
         )
         try:
             with open(self.job.runner_log, "ab") as log:
-                started = sandbox.start(box, files_dir=self.job.files, stdout=log, stderr=log, pass_fds=fds)
+                started = sandbox_start.start(box, files_dir=self.job.files, stdout=log, stderr=log, pass_fds=fds)
         except sandbox.SandboxError as exc:
             raise Ended(FAILED, "sandbox_failed", f"the job's sandbox could not be set up: {exc}") from None
         return started.proc, {"pid": started.pid, "starttime": start_time(started.pid), "net": started.net_pid}

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clusters import sandbox
+from clusters import sandbox, sandbox_start
 from clusters.local_procs import TICK, kill_groups, start_time
 from core.code_url import GIT_ALLOW_PROTOCOL
 from core.requirements import requirement_problems
@@ -138,7 +138,9 @@ class SetupSteps:
         if self.sandboxed:
             box = self.setup_box(argv, cwd=cwd, binds=list(binds), env=env, network=network)
             try:
-                started = sandbox.start(box, files_dir=self.job.files, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                started = sandbox_start.start(
+                    box, files_dir=self.job.files, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+                )
             except sandbox.SandboxError as exc:
                 raise Ended(FAILED, "sandbox_failed", f"the job's sandbox could not be set up: {exc}") from None
             proc = started.proc

@@ -31,6 +31,8 @@ max_runtime_seconds becomes activeDeadlineSeconds, which counts from the job's s
 and installing requirements included), while the local executor counts from the command's start.
 The placement's nodes are not pinned: the portal's admission reserved the GPUs, kube-scheduler picks
 the nodes within the GPU type's node selector. Every pod is contained as clusters/pod_security.py says.
+The job's kind, name, labels and job-volume layout are k8s_names.py's; the names the job's own env cannot
+override, job_env.py's.
 """
 
 from __future__ import annotations
@@ -41,16 +43,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from clusters import pod_security
-from clusters.k8s import DEPARTMENT_LABEL, JOB_ID_LABEL, MANAGED_BY, ClusterSettings, ManifestError
+from clusters.k8s import ClusterSettings, ManifestError
 from core.code_url import GIT_ALLOW_PROTOCOL
 from jobs.executors.base import JobSpec, Placement
+from jobs.executors.job_env import PORTAL_SET_ENV
+from jobs.executors.k8s_names import (
+    CHECKPOINT_DIR,
+    CODE_DIR,
+    OUTPUT_DIR,
+    PACKAGES_DIR,
+    TENSORBOARD_DIR,
+    WORKSPACE,
+    job_key,
+    job_volume_layout,
+    kind_for,
+    labels,
+    resource_name,
+)
 
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"  # put on every pod by both operators
 PYTORCH_PORT, TF_PORT, LOCAL_PORT = 23456, 2222, 29500
-# Pod names add "-worker-63" (or "-launcher") to the job's name and must stay DNS labels (<= 63).
-MAX_NAME = 52
-WORKSPACE, CODE_DIR, PACKAGES_DIR = "/portal/workspace", "/portal/workspace/code", "/portal/workspace/packages"
-TENSORBOARD_DIR, OUTPUT_DIR, CHECKPOINT_DIR = "/portal/tensorboard", "/portal/output", "/portal/checkpoints"
 
 # Constant scripts: everything that comes from the job is in $PORTAL_CODE_URL, $PORTAL_CODE_REF or "$@".
 FETCH_SCRIPT = """set -eu
@@ -67,95 +79,10 @@ fi
 """
 _ENV_UNSAFE = re.compile(r"[^A-Z0-9]")
 _JOB_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")  # a label value; also a safe subPath
-_RESERVED = {
-    "PORTAL_JOB_ID",
-    "PORTAL_JOB_NAME",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TF_CONFIG",
-    "CUDA_VISIBLE_DEVICES",
-    "PORTAL_GPU_FRACTION",
-    "TENSORBOARD_LOG_DIR",
-    "PORTAL_OUTPUT_DIR",
-    "PYTHONPATH",
-    "NVIDIA_VISIBLE_DEVICES",
-    "PYTHONUNBUFFERED",
-    "PORTAL_CHECKPOINT_DIR",
-    "PORTAL_RUN_INDEX",
-    "PORTAL_RESUMED",
-}
+_RESERVED = PORTAL_SET_ENV | {"PYTHONPATH", "NVIDIA_VISIBLE_DEVICES"}
 
 
 # ------------------------------------------------------------------------------------------ the job
-
-
-def kind_for(job: JobSpec) -> str:
-    if job.framework == "tensorflow":
-        return "TFJob"
-    if job.framework == "mpi":
-        return "MPIJob"
-    if job.framework == "pytorch" or job.workers > 1:
-        return "PyTorchJob"
-    return "Job"
-
-
-def resource_name(job: JobSpec) -> str:
-    """The job's name on the cluster: a DNS-1035 label from its name and id, short enough for pod names."""
-    job_id = re.sub(r"[^a-z0-9-]", "-", job.job_id.lower()).strip("-")
-    base = re.sub(r"[^a-z0-9-]", "-", job.name.lower()).strip("-")
-    if not base or not base[0].isalpha():
-        base = f"job-{base}".rstrip("-")
-    room = MAX_NAME - len(job_id) - 1
-    return f"{base[: max(room, 1)].rstrip('-')}-{job_id}"[:MAX_NAME].rstrip("-")
-
-
-def job_tensorboard_subpath(job_key: str) -> str:
-    """The folder of a job's TensorBoard event files on its department's job volume, one ``run-<index>``
-    folder per run inside: what a board mounts (tensorboard_k8s.job_run) to show every run."""
-    return f"tensorboard/{job_key}"
-
-
-def tensorboard_run_subpath(job_key: str, run_index: int) -> str:
-    return f"{job_tensorboard_subpath(job_key)}/run-{run_index}"
-
-
-def tensorboard_subpath(job_id: str) -> str:
-    """Where runs wrote their event files before job keys (one folder per run id); nothing writes there now.
-    Kept for tensorboards/services.py until it names boards' runs with tensorboard_k8s.job_run."""
-    return f"{job_id}/tensorboard"
-
-
-def checkpoint_subpath(job_key: str) -> str:
-    """PORTAL_CHECKPOINT_DIR: one folder per job, the same for every run, so a re-run finds what the
-    preempted run saved."""
-    return f"checkpoints/{job_key}"
-
-
-def output_subpath(job_id: str) -> str:
-    """PORTAL_OUTPUT_DIR: per run (``job_id`` is the run's id)."""
-    return f"{job_id}/output"
-
-
-def job_volume_layout(job: JobSpec) -> dict[str, str]:
-    """Mount path -> subPath of the job volume for one run of ``job``."""
-    key = job_key(job)
-    return {
-        TENSORBOARD_DIR: tensorboard_run_subpath(key, job.run_index),
-        OUTPUT_DIR: output_subpath(job.job_id),
-        CHECKPOINT_DIR: checkpoint_subpath(key),
-    }
-
-
-def job_key(job: JobSpec) -> str:
-    """What names the folders a job keeps across runs: its portal id (the run's id for a spec without one)."""
-    return job.job_key or job.job_id
-
-
-def labels(job: JobSpec) -> dict[str, str]:
-    return {JOB_ID_LABEL: job.job_id, DEPARTMENT_LABEL: job.department, "app.kubernetes.io/managed-by": MANAGED_BY}
 
 
 def job_manifests(

@@ -15,7 +15,7 @@ from clusters.models import Cluster
 from core.errors import Conflict
 from jobs.executors.local_jobdir import JobDir
 from jobs.models import Job
-from jobs.services import executor_for
+from jobs.running import executor_for
 from tensorboards.backends import BoardSpec
 from tensorboards.backends_k8s import KubeBoardSpec, job_run
 from tensorboards.models import TensorBoard

@@ -110,7 +110,7 @@ def _stop_jobs_and_boards(data_root: Path) -> None:
     from jobs import lifecycle
     from jobs.executors.base import FINAL_PHASES
     from jobs.models import Job
-    from jobs.services import executor_for
+    from jobs.running import executor_for
     from tensorboards import services as boards
     from tensorboards.models import TensorBoard
 

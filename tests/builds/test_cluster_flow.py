@@ -4,7 +4,7 @@ simulated Job controller and kubelet the tests move: submit -> Job -> pod runnin
 from images import services
 from images.models import FrameworkImage, ImageBuild
 from tests.builds.conftest import DOCKERFILE, REGISTRY
-from tests.jobs.executor_contract import wait_for
+from tests.jobs.executor_harness import wait_for
 
 NS = "portal-vision"
 DIGEST = "sha256:" + "3" * 64

@@ -25,7 +25,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from demo.data import publish_example_repo
-from jobs import services as portal_services
+from jobs import running
 from jobs.models import Job as PortalJob
 from models_registry.selectors import job_run_dirs
 from tests.processes import Processes
@@ -345,7 +345,7 @@ def wait_until(predicate, *, timeout: float, what: str, processes):
     """Poll, playing the periodic reconcile meanwhile (no beat runs here); on time-out show what the portal saw."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        portal_services.jobs_reconcile()
+        running.jobs_reconcile()
         value = predicate()
         if value:
             return value
@@ -420,7 +420,7 @@ def test_through_the_portal_a_job_preempted_by_a_reclaim_resumes_from_its_checkp
     last_log = log(borrower)  # the last run's
     assert "run 1 (resumed after a preemption)" in last_log  # PORTAL_RUN_INDEX=1, PORTAL_RESUMED=1
     assert "resumed from checkpoint" in last_log
-    runs = job_run_dirs(job=job, executor_root=portal_services.executor_for(job.cluster).root)
+    runs = job_run_dirs(job=job, executor_root=running.executor_for(job.cluster).root)
     first = json.loads((runs[0].output / "train-summary.json").read_text())
     last = json.loads((runs[-1].output / "train-summary.json").read_text())
     assert (first["run_index"], first["resumed"]) == (0, False) and first["epochs_this_run"] >= 2

@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from jobs.executors.local import LocalExecutor
-from tests.jobs.executor_contract import GitRepo, command_output
+from tests.jobs.executor_harness import GitRepo, command_output
 from tests.jobs.test_local_executor import LocalHarness, _subreaper  # noqa: F401 - the fixture reaps the runners
 
 GPUS = sorted(int(path[len("/dev/nvidia") :]) for path in glob.glob("/dev/nvidia[0-9]*"))

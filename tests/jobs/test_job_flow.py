@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from core.celery import app as celery_app
-from jobs import services
+from jobs import running
 from jobs.models import Job
 from tests.processes import Processes
 
@@ -37,7 +37,7 @@ def wait_for(predicate, *, timeout=60.0, what="condition", reconcile=True):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if reconcile:
-            services.jobs_reconcile()
+            running.jobs_reconcile()
         value = predicate()
         if value:
             return value
@@ -118,7 +118,7 @@ def test_a_job_runs_through_a_real_worker_and_its_gpus_go_to_the_next_job(world,
 @pytest.mark.django_db(transaction=True)
 def test_a_failing_command_fails_the_job_with_the_worker_and_its_last_lines(world, repo):
     job = submit(world, world.alice, code_url=repo, env={"EXIT_CODE": "3"})
-    services.job_launch(job_id=job["id"])
+    running.job_launch(job_id=job["id"])
     wait_for(lambda: status_of(job["id"]) == "failed", what="the job to fail")
     failed = Job.objects.get(pk=job["id"])
     assert failed.exit_code == 3
@@ -131,7 +131,7 @@ def test_a_failing_command_fails_the_job_with_the_worker_and_its_last_lines(worl
 @pytest.mark.django_db(transaction=True)
 def test_a_clone_failure_fails_the_job_with_gits_own_message(world, tmp_path):
     job = submit(world, world.alice, code_url=f"file://{tmp_path}/no-such-repo")
-    services.job_launch(job_id=job["id"])
+    running.job_launch(job_id=job["id"])
     wait_for(lambda: status_of(job["id"]) == "failed", what="the job to fail")
     failed = Job.objects.get(pk=job["id"])
     assert failed.events.last().reason == "clone_failed"
@@ -142,7 +142,7 @@ def test_a_clone_failure_fails_the_job_with_gits_own_message(world, tmp_path):
 @pytest.mark.django_db(transaction=True)
 def test_cancelling_a_running_job_gives_it_the_grace_period(world, repo):
     job = submit(world, world.alice, code_url=repo, command="bash trap.sh")
-    services.job_launch(job_id=job["id"])
+    running.job_launch(job_id=job["id"])
     wait_for(
         lambda: "waiting" in world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/").content.decode(),
         what="the job to start waiting",
@@ -150,7 +150,7 @@ def test_cancelling_a_running_job_gives_it_the_grace_period(world, repo):
     response = world.api(world.carol).post(f"/api/v1/jobs/{job['id']}/cancel/")
     assert response.status_code == 200
     assert response.json()["status_message"].startswith("Cancelling (by carol): workers get SIGTERM and 30 s")
-    services.job_stop_on_executor(job_id=job["id"])  # what the cancel task does in the worker
+    running.job_stop_on_executor(job_id=job["id"])  # what the cancel task does in the worker
     wait_for(lambda: status_of(job["id"]) == "cancelled", what="the job to be cancelled")
     log = world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/").content.decode()
     assert "checkpointed" in log
@@ -161,7 +161,7 @@ def test_cancelling_a_running_job_gives_it_the_grace_period(world, repo):
 @pytest.mark.django_db(transaction=True)
 def test_a_job_past_its_max_runtime_fails_as_deadline_exceeded(world, repo):
     job = submit(world, world.alice, code_url=repo, command="sleep 60", max_runtime_seconds=1)
-    services.job_launch(job_id=job["id"])
+    running.job_launch(job_id=job["id"])
     wait_for(lambda: status_of(job["id"]) == "failed", what="the deadline", timeout=45)
     assert Job.objects.get(pk=job["id"]).events.last().reason == "deadline_exceeded"
     assert_gpus_released(world)
@@ -170,7 +170,7 @@ def test_a_job_past_its_max_runtime_fails_as_deadline_exceeded(world, repo):
 @pytest.mark.django_db(transaction=True)
 def test_following_logs_streams_until_the_job_ends(world, repo):
     job = submit(world, world.alice, code_url=repo, command="for i in 1 2 3; do echo line $i; sleep 0.2; done")
-    services.job_launch(job_id=job["id"])
+    running.job_launch(job_id=job["id"])
     response = world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/?follow=1")
     assert response["Content-Type"].startswith("text/plain")
     body = "".join(_drain_while_reconciling(response))
@@ -191,7 +191,7 @@ def _drain_while_reconciling(response):
     def reconcile():
         try:
             while not stop.is_set():
-                services.jobs_reconcile()
+                running.jobs_reconcile()
                 stop.wait(0.1)
         finally:
             connection.close()
@@ -228,14 +228,14 @@ def test_a_department_reclaims_its_gpus_from_a_preemptible_borrower(world, repo)
     borrower = submit(
         world, world.bob, department="nlp", code_url=repo, command="bash trap.sh", gpus_per_worker=8, priority="low"
     )
-    services.job_launch(job_id=borrower["id"])
+    running.job_launch(job_id=borrower["id"])
     wait_for(lambda: status_of(borrower["id"]) == "running", what="the borrower to run")
     claimant = submit(world, world.alice, code_url=repo, gpus_per_worker=2)
     assert (claimant["status"], claimant["pending_reason"]) == ("queued", "preemption_in_progress")
     assert f"#{borrower['id']} (nlp, reclaim)" in claimant["status_message"]
     victim = Job.objects.get(pk=borrower["id"])
     assert victim.preempt_reason == "reclaim" and victim.status == "running"
-    services.job_stop_on_executor(job_id=victim.pk)  # what the cancel task does in the worker
+    running.job_stop_on_executor(job_id=victim.pk)  # what the cancel task does in the worker
     wait_for(lambda: status_of(claimant["id"]) == "admitted", what="the claimant to be admitted")
     victim.refresh_from_db()
     assert victim.status == "queued" and victim.created_at.isoformat().startswith(borrower["created_at"][:19])
@@ -250,7 +250,7 @@ def test_a_department_reclaims_its_gpus_from_a_preemptible_borrower(world, repo)
 @pytest.mark.django_db(transaction=True)
 def test_a_cancel_whose_task_was_lost_is_sent_again_by_the_reconcile(world, repo, monkeypatch):
     job = submit(world, world.alice, code_url=repo, command="bash trap.sh")
-    services.job_launch(job_id=job["id"])
+    running.job_launch(job_id=job["id"])
     wait_for(
         lambda: "waiting" in world.api(world.alice).get(f"/api/v1/jobs/{job['id']}/logs/").content.decode(),
         what="the job to start waiting",
@@ -264,12 +264,12 @@ def test_a_cancel_whose_task_was_lost_is_sent_again_by_the_reconcile(world, repo
     response = world.api(world.alice).post(f"/api/v1/jobs/{job['id']}/cancel/")
     assert response.status_code == 200 and sent == [("jobs.tasks.cancel_job", [job["id"]])]
     sent.clear()
-    services.jobs_reconcile()
+    running.jobs_reconcile()
     assert sent == []  # within the grace period: the first request may still be under way
 
-    late = timezone.now() - timedelta(seconds=30 + services.RESEND_STOP_AFTER_SECONDS + 1)  # grace 30 s
+    late = timezone.now() - timedelta(seconds=30 + running.RESEND_STOP_AFTER_SECONDS + 1)  # grace 30 s
     Job.objects.filter(pk=job["id"]).update(cancel_requested_at=late)
-    services.jobs_reconcile()
+    running.jobs_reconcile()
     assert sent == [("jobs.tasks.cancel_job", [job["id"]])]
-    services.job_stop_on_executor(job_id=job["id"])  # what that task does
+    running.job_stop_on_executor(job_id=job["id"])  # what that task does
     wait_for(lambda: status_of(job["id"]) == "cancelled", what="the job to be cancelled")

@@ -12,9 +12,11 @@ import pytest
 from clusters.errors import ExecutorError
 from clusters.k8s import ClusterSettings
 from jobs.executors.base import JobSpec, Placement, WorkerPlacement
-from jobs.executors.kubernetes import CANCEL_ANNOTATION, JobWatcher, KubernetesExecutor
-from jobs.executors.manifests import job_manifests, kind_for, resource_name
-from tests.jobs.executor_contract import wait_for
+from jobs.executors.k8s_names import kind_for, resource_name
+from jobs.executors.k8s_watch import JobWatcher
+from jobs.executors.kubernetes import CANCEL_ANNOTATION, KubernetesExecutor
+from jobs.executors.manifests import job_manifests
+from tests.jobs.executor_harness import wait_for
 
 NS = "portal-vision"
 SHA = "0123456789abcdef0123456789abcdef01234567"

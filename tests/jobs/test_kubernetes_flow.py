@@ -9,8 +9,8 @@ import pytest
 
 from clusters.models import Cluster
 from core.celery import TransientError
-from jobs import lifecycle, services
-from jobs.executors.manifests import resource_name
+from jobs import executor_specs, lifecycle, running
+from jobs.executors.k8s_names import resource_name
 from jobs.models import Job
 
 NS = "portal-vision"
@@ -19,7 +19,7 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 
 @pytest.fixture
 def cluster(world, kube, monkeypatch):
-    monkeypatch.setattr(services, "LAUNCH_WATCH_SECONDS", 0)  # the test moves the operator itself
+    monkeypatch.setattr(running, "LAUNCH_WATCH_SECONDS", 0)  # the test moves the operator itself
     cluster = Cluster.objects.get(name="local")
     cluster.backend, cluster.settings = Cluster.Backend.KUBERNETES, {"kube_url": kube.url}
     cluster.save()
@@ -49,22 +49,22 @@ def test_a_job_runs_on_the_cluster_and_its_gpus_are_released_when_it_ends(world,
     job = submit(world)
     assert job.status == lifecycle.ADMITTED and in_use(world) == 4
 
-    services.job_launch(job_id=job.pk)
+    running.job_launch(job_id=job.pk)
     job.refresh_from_db()
     assert job.status == lifecycle.STARTING
-    name = resource_name(services.job_spec(job))
+    name = resource_name(executor_specs.job_spec(job))
     created = kube.get("kubeflow.org/v1", "PyTorchJob", NS, name)
     assert created["metadata"]["labels"]["portal/job-id"] == job.run_id
     assert kube.get("v1", "Namespace", None, NS) and kube.get("v1", "PersistentVolumeClaim", NS, "portal-jobs")
 
-    services.job_launch(job_id=job.pk)  # a retried task: nothing more is created
+    running.job_launch(job_id=job.pk)  # a retried task: nothing more is created
     assert len(kube.list("kubeflow.org/v1", "PyTorchJob", NS)) == 1
 
     pods = kube.operator.create_pods("PyTorchJob", NS, name)
     for pod in pods:
         kube.operator.run(NS, pod, fetch_log=f"[portal] code at commit {SHA}\n", log="epoch 1\n")
     kube.operator.set_condition("PyTorchJob", NS, name, "Running")
-    services.jobs_reconcile()
+    running.jobs_reconcile()
     job.refresh_from_db()
     assert (job.status, job.commit) == (lifecycle.RUNNING, SHA)
 
@@ -74,27 +74,27 @@ def test_a_job_runs_on_the_cluster_and_its_gpus_are_released_when_it_ends(world,
     for pod in pods:
         kube.operator.exit(NS, pod, 0)
     kube.operator.succeed("PyTorchJob", NS, name)
-    services.jobs_reconcile()
+    running.jobs_reconcile()
     job.refresh_from_db()
     assert job.status == lifecycle.SUCCEEDED and in_use(world) == 0
 
 
 def test_a_cancelled_job_is_deleted_from_the_cluster_and_ends_cancelled(world, kube, cluster):
     job = submit(world)
-    services.job_launch(job_id=job.pk)
-    name = resource_name(services.job_spec(job))
+    running.job_launch(job_id=job.pk)
+    name = resource_name(executor_specs.job_spec(job))
     for pod in kube.operator.create_pods("PyTorchJob", NS, name):
         kube.operator.run(NS, pod)
     kube.operator.set_condition("PyTorchJob", NS, name, "Running")
-    services.jobs_reconcile()
+    running.jobs_reconcile()
 
     response = world.api(world.alice).post(f"/api/v1/jobs/{job.pk}/cancel/")
     assert response.status_code == 200
-    services.job_stop_on_executor(job_id=job.pk)  # the cancel task
+    running.job_stop_on_executor(job_id=job.pk)  # the cancel task
     assert kube.get("kubeflow.org/v1", "PyTorchJob", NS, name) is None
     assert kube.list("v1", "Pod", NS) == []  # foreground deletion took the pods with it
 
-    services.jobs_reconcile()
+    running.jobs_reconcile()
     job.refresh_from_db()
     assert job.status == lifecycle.CANCELLED and in_use(world) == 0
     assert job.events.order_by("-pk").first().reason == "cancelled"
@@ -104,13 +104,13 @@ def test_a_cluster_that_cannot_be_reached_leaves_the_job_admitted_for_a_retry(wo
     job = submit(world)
     fault = kube.inject(status=503, times=100, method="POST")
     with pytest.raises(TransientError, match="injected fault"):  # Celery retries the task later
-        services.job_launch(job_id=job.pk)
+        running.job_launch(job_id=job.pk)
     assert fault.hits > 1  # retried before giving up to the task's own retry
     job.refresh_from_db()
     assert job.status == lifecycle.ADMITTED and job.launched_at is None
 
     fault.times = 0
-    services.job_launch(job_id=job.pk)
+    running.job_launch(job_id=job.pk)
     job.refresh_from_db()
     assert job.status == lifecycle.STARTING
     assert len(kube.list("kubeflow.org/v1", "PyTorchJob", NS)) == 1
@@ -118,7 +118,7 @@ def test_a_cluster_that_cannot_be_reached_leaves_the_job_admitted_for_a_retry(wo
 
 def test_garbage_of_jobs_the_portal_no_longer_knows_is_removed(world, kube, cluster):
     job = submit(world)
-    services.job_launch(job_id=job.pk)
+    running.job_launch(job_id=job.pk)
     orphan = {**kube.list("kubeflow.org/v1", "PyTorchJob", NS)[0]}
     orphan["metadata"] = {
         "name": "gone-1",
@@ -128,7 +128,7 @@ def test_garbage_of_jobs_the_portal_no_longer_knows_is_removed(world, kube, clus
     orphan.pop("status", None)
     kube.seed(orphan)
 
-    assert services.jobs_collect_garbage() == {"local": ["999-deadbeef"]}
+    assert running.jobs_collect_garbage() == {"local": ["999-deadbeef"]}
     assert [o["metadata"]["labels"]["portal/job-id"] for o in kube.list("kubeflow.org/v1", "PyTorchJob", NS)] == [
         job.run_id
     ]

@@ -27,15 +27,8 @@ from jobs.executors.base import Mount
 from jobs.executors.local import LocalExecutor, is_local_code
 from jobs.executors.local_jobdir import JobDir, read_json
 from jobs.executors.venvs import COMPLETE
-from tests.jobs.executor_contract import (
-    ExecutorContract,
-    GitRepo,
-    Harness,
-    command_output,
-    slow_package,
-    tiny_wheel,
-    wait_for,
-)
+from tests.jobs.executor_contract import ExecutorContract
+from tests.jobs.executor_harness import GitRepo, Harness, command_output, slow_package, tiny_wheel, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local executor needs Linux (/proc)")
 

@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 from tensorboardX import SummaryWriter
 
-from jobs import services
+from jobs import running
 from jobs.executors.base import CANCELLED, RUNNING, ObservedState
 from jobs.models import Job
 from tests.jobs.test_tensorboard import poll, portal, tags, wait_running  # noqa: F401  (portal is a fixture)
@@ -38,7 +38,7 @@ def borrower(world):
     assert job.status == "admitted"
     Job.objects.filter(pk=job.pk).update(admitted_at=timezone.now().replace(microsecond=0) - timedelta(hours=2))
     job.refresh_from_db()
-    services.job_observe(job=job, state=ObservedState(phase=RUNNING, started_at=at(job, 60)))
+    running.job_observe(job=job, state=ObservedState(phase=RUNNING, started_at=at(job, 60)))
     job.refresh_from_db()
     assert job.status == "running"
     return job
@@ -54,7 +54,7 @@ def reclaim(world, job: Job, *, checkpoint_at: float | None, stopped_after: floa
     submit(world, world.alice, name="claimant", gpus_per_worker=2)
     job.refresh_from_db()
     assert (job.preempt_reason, job.status) == ("reclaim", "running")
-    services.job_observe(
+    running.job_observe(
         job=job,
         state=ObservedState(
             phase=CANCELLED, reason="cancelled", finished_at=at(job, stopped_after), checkpoint_at=checkpoint_at
@@ -96,7 +96,7 @@ def test_a_run_without_a_checkpoint_marker_loses_all_of_its_gpu_time(world, borr
 
 @pytest.mark.django_db
 def test_a_marker_reported_while_running_counts_when_the_stop_reports_none(world, borrower):
-    services.job_observe(
+    running.job_observe(
         job=borrower,
         state=ObservedState(phase=RUNNING, started_at=at(borrower, 60), checkpoint_at=at(borrower, 1.25 * HOUR)),
     )

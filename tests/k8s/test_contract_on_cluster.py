@@ -27,7 +27,8 @@ from clusters.k8s import ClusterSettings
 from clusters.kube import Kube
 from jobs.executors.base import Mount, ObservedState
 from jobs.executors.kubernetes import KubernetesExecutor
-from tests.jobs.executor_contract import ExecutorContract, Harness, wait_for
+from tests.jobs.executor_contract import ExecutorContract
+from tests.jobs.executor_harness import Harness, wait_for
 
 pytestmark = pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="needs a real cluster: set KUBECONFIG")
 

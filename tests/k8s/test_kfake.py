@@ -9,7 +9,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from clusters.kube import Gone, KubeError
-from tests.jobs.executor_contract import wait_for
+from tests.jobs.executor_harness import wait_for
 from tests.k8s.kfake import parse_selector, selector_matches
 
 NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}

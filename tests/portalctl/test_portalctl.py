@@ -21,7 +21,7 @@ import pytest
 from django.conf import global_settings
 
 from accounts.tokens import token_create
-from jobs import services
+from jobs import running
 from jobs.models import Job
 from models_registry import services as registry_services
 from models_registry.models import ModelVersion
@@ -85,7 +85,7 @@ def wait_for(predicate, *, what: str, timeout: float = 60, reconcile: bool = Tru
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if reconcile:
-            services.jobs_reconcile()
+            running.jobs_reconcile()
         value = predicate()
         if value:
             return value
@@ -146,7 +146,7 @@ def launch_when_submitted(name: str) -> int:
         what=f"job {name} to be admitted",
         reconcile=False,
     )
-    services.job_launch(job_id=job.pk)
+    running.job_launch(job_id=job.pk)
     return job.pk
 
 
@@ -236,7 +236,7 @@ def test_logs_follow_exits_6_when_the_job_fails_and_0_when_it_has_succeeded(worl
     submitted = cli.json(
         "submit", "--name", "broken", "--code-url", repo, "--env", "EXIT_CODE=3", "--", "python train.py"
     )
-    services.job_launch(job_id=submitted["id"])
+    running.job_launch(job_id=submitted["id"])
     code, out, err = finished(cli.start("logs", submitted["id"], "-f"))
     assert code == 6
     assert "saved model.joblib" in out

@@ -19,8 +19,8 @@ from clusters import services as cluster_services
 from clusters.kube import Kube
 from clusters.models import Cluster
 from core.celery import TransientError
-from jobs import lifecycle, services
-from jobs.executors.manifests import kind_for, resource_name
+from jobs import executor_specs, lifecycle, running
+from jobs.executors.k8s_names import kind_for, resource_name
 from jobs.models import Job
 
 NS = "portal-vision"
@@ -40,7 +40,7 @@ def as_celery(task, *, attempts: int = 25, **kwargs):
 
 @pytest.fixture
 def cluster(world, kube, monkeypatch):
-    monkeypatch.setattr(services, "LAUNCH_WATCH_SECONDS", 0)
+    monkeypatch.setattr(running, "LAUNCH_WATCH_SECONDS", 0)
     cluster = Cluster.objects.get(name="local")
     cluster.backend, cluster.settings = Cluster.Backend.KUBERNETES, {"kube_url": kube.url}
     cluster.save()
@@ -99,15 +99,15 @@ def test_faults_on_the_cluster_api_lose_nothing_and_leave_nothing_behind(world, 
         """One round of what the worker and beat do, each task under fire."""
         for job in Job.objects.filter(status=lifecycle.ADMITTED, launched_at__isnull=True):
             chaos()
-            as_celery(services.job_launch, job_id=job.pk)
+            as_celery(running.job_launch, job_id=job.pk)
         for job in Job.objects.filter(status__in=lifecycle.HOLDS_GPUS, cancel_requested_at__isnull=False):
             chaos()
-            as_celery(services.job_stop_on_executor, job_id=job.pk)
+            as_celery(running.job_stop_on_executor, job_id=job.pk)
         chaos()
-        as_celery(services.jobs_reconcile)
+        as_celery(running.jobs_reconcile)
 
     def run_pods(job: Job) -> None:
-        spec = services.job_spec(job)
+        spec = executor_specs.job_spec(job)
         kind, name = kind_for(spec), resource_name(spec)
         if kube.get(*{"Job": ("batch/v1", "Job")}.get(kind, ("kubeflow.org/v1", kind)), NS, name) is None:
             return
@@ -158,6 +158,6 @@ def test_faults_on_the_cluster_api_lose_nothing_and_leave_nothing_behind(world, 
     }
     assert not left & cancelled_runs, context
     Job.objects.all().delete()
-    as_celery(services.jobs_collect_garbage)
+    as_celery(running.jobs_collect_garbage)
     assert kube.list("kubeflow.org/v1", "PyTorchJob", NS) == [] and kube.list("batch/v1", "Job", NS) == []
     assert kube.list("v1", "Pod", NS) == [], context  # foreground deletion took the pods too

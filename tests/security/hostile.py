@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from jobs import services
+from jobs import running
 from jobs.models import Job
 
 PROBE = Path(__file__).with_name("hostile_probe.py")
@@ -22,7 +22,7 @@ def wait_for(predicate, *, timeout: float = 60.0, what: str = "condition"):
     """Poll until ``predicate()`` is truthy, reconciling jobs meanwhile as the periodic task does."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        services.jobs_reconcile()
+        running.jobs_reconcile()
         value = predicate()
         if value:
             return value

@@ -39,12 +39,12 @@ from accounts.models import Department
 from clusters import local_procs
 from clusters.models import Cluster
 from clusters.storage import storage_create
-from jobs import services
+from jobs import running
 from jobs.models import Job
 from tensorboards import services as boards
 from tensorboards.models import TensorBoard
 from tests.conftest import World
-from tests.jobs.executor_contract import slow_package
+from tests.jobs.executor_harness import slow_package
 from tests.jobs.test_job_flow import make_repo
 from tests.jobs.test_tensorboard import fetch
 from tests.processes import Processes
@@ -419,7 +419,7 @@ def clean_up(world: World | None, marker: str) -> None:
     hostile.kill_marked(marker)
     hostile.remove_planted()
     for job in Job.objects.exclude(status__in=FINAL).exclude(run_id="").select_related("cluster"):
-        services.executor_for(job.cluster).cancel(job.run_id, 0)
+        running.executor_for(job.cluster).cancel(job.run_id, 0)
     for job in Job.objects.all():
         for kept in ("tensorboard", "checkpoints"):  # kept per job across its runs
             shutil.rmtree(hostile.executor_root() / kept / job.storage_key, ignore_errors=True)

@@ -21,28 +21,15 @@ from clusters.errors import ExecutorError
 from jobs.executors.base import FAILED, SUCCEEDED, Placement, WorkerPlacement
 from jobs.executors.local import LocalExecutor
 from jobs.executors.manifests import FETCH_SCRIPT, INSTALL_SCRIPT, job_manifests
-from tests.jobs.executor_contract import GitRepo, command_output
+from tests.jobs.executor_harness import GitRepo, command_output
+from tests.jobs.manifest_helpers import DEMO
+from tests.jobs.manifest_helpers import spec as manifest_spec
 from tests.jobs.test_local_executor import LocalHarness, _subreaper  # noqa: F401 - the fixture reaps the runners
-from tests.jobs.test_manifests import DEMO
-from tests.jobs.test_manifests import spec as manifest_spec
+from tests.test_architecture import _packages
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = (
-    "core",
-    "accounts",
-    "clusters",
-    "quotas",
-    "images",
-    "webhooks",
-    "jobs",
-    "tensorboards",
-    "models_registry",
-    "serving",
-    "demo",
-    "frontend",
-    "config",
-    "portalctl",
-)
+# Every package of the portal, as .importlinter lists them (a new app is scanned without being named here).
+PACKAGES = tuple(_packages())
 SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash", "zsh", "dash"}
 
 # (file, the script argument's source) -> why it is safe.

@@ -22,9 +22,10 @@ from clusters.manifest_validation import ManifestInvalid, check_manifests
 from clusters.models import Cluster
 from core.errors import InvalidInput
 from jobs.api import PlacementSerializer, parse_job_input
+from jobs.executor_specs import department_limit, job_spec, placement_of
 from jobs.executors.manifests import job_manifests
 from jobs.models import Job
-from jobs.services import department_limit, job_spec, placement_of
+from jobs.services import submitted_fields
 from jobs.submission import check_submission
 from quotas.models import PriorityClass
 
@@ -71,22 +72,7 @@ class Command(BaseCommand):
         except InvalidInput as exc:
             raise CommandError("The job spec is not valid:\n" + _field_errors(exc.errors)) from None
         job = Job(
-            name=clean.name,
-            department=clean.department,
-            cluster=clean.cluster,
-            pool=clean.pool,
-            code_url=clean.code_url,
-            code_ref=clean.code_ref,
-            command=clean.command,
-            image=clean.image,
-            requirements=clean.requirements,
-            workers=clean.workers,
-            gpus_per_worker=clean.gpus_per_worker,
-            priority=clean.priority,
-            mounts=clean.mounts,
-            env=clean.env,
-            tensorboard=clean.tensorboard,
-            max_runtime_seconds=clean.max_runtime_seconds,
+            **submitted_fields(clean),
             run_id=str(run_id),
             placement=self.placement(placement, clean.workers, clean.gpus_per_worker),
         )

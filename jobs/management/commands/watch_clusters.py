@@ -22,9 +22,10 @@ from clusters.kube import Kube
 from clusters.models import Cluster
 from clusters.services import cluster_settings
 from jobs import lifecycle
-from jobs.executors.kubernetes import JobWatcher, KubernetesExecutor
+from jobs.executors.k8s_watch import JobWatcher
+from jobs.executors.kubernetes import KubernetesExecutor
 from jobs.models import Job
-from jobs.services import job_observe
+from jobs.running import job_observe
 
 log = logging.getLogger(__name__)
 
