@@ -1,0 +1,120 @@
+"""The scheduling cycle keeps what nominal quotas guarantee: work that cannot be preempted stays within nominal,
+guaranteed jobs do not wait behind borrowers, GPUs freed for a job go to it, and fragmentation is cleared by moves.
+"""
+
+from quotas.scheduler import (
+    STRICT_FIFO,
+)
+from tests.quotas.scheduling import NOW, admitted, cycle, pending, quota, reasons, running
+
+
+def test_a_job_that_cannot_be_preempted_runs_only_within_nominal():
+    d = cycle(
+        [
+            pending(1, gpus=4, preemptible=False, priority=1000),
+            pending(2, gpus=2, preemptible=False),
+            pending(3, gpus=2, priority=1000),
+        ]
+    )
+    assert admitted(d) == [1, 3]  # the preemptible one borrows nlp's idle GPUs
+    assert reasons(d) == {2: "quota_exhausted"}
+    assert "a job that cannot be preempted runs only within its department's nominal quota" in d.waiting[0].message
+
+
+def test_a_job_within_nominal_does_not_wait_behind_a_head_that_must_borrow():
+    own = [running(10, "vision", [[0, 1]], preemptible=False)]
+    quotas = (quota("vision", 4), quota("nlp", 4, lending=0))
+    jobs = [pending(1, gpus=4, priority=1000), pending(2, gpus=2)]
+    d = cycle(jobs, own, quotas=quotas)
+    assert admitted(d) == [2] and reasons(d) == {1: "quota_exhausted"}
+    strict = cycle(jobs, own, quotas=quotas, fifo={"vision": STRICT_FIFO})
+    assert admitted(strict) == [] and reasons(strict) == {1: "quota_exhausted", 2: "lower_in_queue"}
+
+
+def test_nothing_takes_the_gpus_being_freed_for_a_job():
+    borrowers = [running(10, "nlp", [[0, 1, 2, 3, 4, 5, 6, 7]], priority=100)]
+    first = cycle([pending(1, "vision", gpus=2, priority=1000), pending(2, "vision", gpus=3)], borrowers)
+    assert reasons(first) == {1: "preemption_in_progress", 2: "lower_in_queue"}  # #2 may not slip in
+    # a job guaranteed even once the head runs does not wait behind it: it waits for the same evictions
+    both = cycle([pending(1, "vision", gpus=2, priority=1000), pending(2, "vision", gpus=1)], borrowers)
+    assert reasons(both) == {1: "preemption_in_progress", 2: "preemption_in_progress"} and admitted(both) == []
+    # next cycle: the borrower stopped; the job evictions were started for goes first, before fair share
+    nominated = pending(1, "vision", gpus=2, priority=1000, at=5, runtime=None, nominated=True)
+    second = cycle([pending(3, "nlp", gpus=8, priority=1000), nominated], quotas=(quota("vision", 4), quota("nlp", 4)))
+    assert admitted(second)[0] == 1
+
+
+def scattered(preemptible=True):
+    """nlp holds its nominal 8 as two 4-GPU jobs on two nodes; vision, idle, wants one whole 8-GPU node."""
+    runs = [
+        running(10, "nlp", [[0, 1, 2, 3]], node="n0", preemptible=preemptible, started=NOW - 100),
+        running(11, "nlp", [[0, 1, 2, 3]], node="n1", preemptible=preemptible, started=NOW - 50),
+    ]
+    return runs, cycle(
+        [pending(1, "vision", gpus=8)], runs, quotas=(quota("vision", 8), quota("nlp", 8)), pool={"nodes": 2}
+    )
+
+
+def test_a_guaranteed_job_blocked_by_fragmentation_moves_a_guaranteed_one():
+    runs, d = scattered()
+    assert [(p.job_id, p.reason) for p in d.preemptions] == [(10, "move")]
+    assert reasons(d) == {1: "preemption_in_progress"}
+    assert "starts again at once on other GPUs" in d.preemptions[0].message
+    # next cycle: #10 has stopped; the job it made room for and #10 itself both start
+    nominated = pending(1, "vision", gpus=8, runtime=None, nominated=True)
+    after = cycle(
+        [nominated, pending(10, "nlp", gpus=4)],
+        runs[1:],
+        quotas=(quota("vision", 8), quota("nlp", 8)),
+        pool={"nodes": 2},
+    )
+    assert sorted(admitted(after)) == [1, 10]
+    assert {a.job_id: {s.node for s in a.slots} for a in after.admissions} == {1: {"n0"}, 10: {"n1"}}
+
+
+def test_nothing_moves_a_workload_that_cannot_be_preempted():
+    _, d = scattered(preemptible=False)
+    assert d.preemptions == [] and reasons(d) == {1: "gang_does_not_fit"}
+
+
+def test_a_guaranteed_job_goes_before_a_borrower_that_gpus_were_also_freed_for():
+    # both had evictions started for them; only one fits. Letting the borrower in first would make the
+    # guaranteed job evict it again, and so on for ever.
+    own = [running(10, "nlp", [[0, 1, 2, 3]])]
+    nominated = [
+        pending(1, "nlp", gpus=4, runtime=None, nominated=True),
+        pending(2, "vision", gpus=4, runtime=None, nominated=True),
+    ]
+    d = cycle(nominated, own)
+    assert admitted(d) == [2]
+
+
+def test_work_that_cannot_be_preempted_fits_in_nominal_and_the_preemptible_rest_is_what_borrows():
+    own = [running(10, "vision", [[0, 1, 2, 3]])]  # vision at its nominal with preemptible work
+    d = cycle([pending(1, "vision", gpus=2, priority=1000, preemptible=False)], own)
+    assert admitted(d) == [1] and d.preemptions == []  # no need to evict its own work: idle GPUs are there
+    # nlp claims its nominal back: vision's preemptible work is reclaimed, the job that cannot be preempted stays
+    both = own + [running(11, "vision", [[4, 5]], priority=1000, preemptible=False)]
+    claim = cycle([pending(2, "nlp", gpus=4)], both)
+    assert [(p.job_id, p.reason) for p in claim.preemptions] == [(10, "reclaim")]
+    # a second job that cannot be preempted would take vision's work of that kind past its nominal
+    more = cycle(
+        [pending(3, "vision", gpus=4, priority=1000, preemptible=False)],
+        both,
+        quotas=(quota("vision", 4), quota("nlp", 8)),
+        pool={"nodes": 2},
+    )
+    assert reasons(more) == {3: "quota_exhausted"}
+    assert "runs 2/4 local/sim GPUs of work that cannot be preempted" in more.waiting[0].message
+
+
+def test_nothing_starts_on_borrowed_gpus_while_gpus_are_reclaimed_for_a_guaranteed_job():
+    borrower = [running(10, "nlp", [[0, 1, 2, 3, 4, 5]])]  # nlp borrows 2; GPUs 6 and 7 are free
+    claimant = pending(1, "vision", gpus=4, runtime=None, nominated=True)
+    d = cycle([claimant, pending(2, "nlp", gpus=1)], borrower)
+    assert [(p.job_id, p.reason) for p in d.preemptions] == [(10, "reclaim")]
+    assert admitted(d) == [] and reasons(d) == {1: "preemption_in_progress", 2: "quota_exhausted"}
+    assert "GPUs are being reclaimed for job #1 (vision's nominal quota)" in d.waiting[-1].message
+    # a guaranteed job of another department still starts
+    own = cycle([claimant, pending(2, "nlp", gpus=1)], borrower, quotas=(quota("vision", 4), quota("nlp", 8)))
+    assert admitted(own) == [2]
