@@ -22,6 +22,7 @@ from core.code_url import GIT_REF, code_url_problem
 from core.errors import InvalidInput
 from core.requirements import pip_requirements
 from images.models import FrameworkImage
+from quotas import selectors as quota_selectors
 from quotas.models import PriorityClass, Quota
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -187,18 +188,10 @@ def _cluster(data, department, fail):
         return cluster
     if department is None:
         return None
-    # the department's first cluster: the oldest one it has quota on (a newly added cluster does not
-    # silently become everybody's default)
-    quota = (
-        Quota.objects.filter(department=department)
-        .select_related("pool__cluster")
-        .order_by("pool__cluster_id", "pool__gpu_type")
-        .first()
-    )
-    if quota is None:
+    cluster = quota_selectors.default_cluster(department=department)
+    if cluster is None:
         fail("cluster", f"Department {department.slug} has no GPU quota on any cluster; ask a platform admin for one.")
-        return None
-    return quota.pool.cluster
+    return cluster
 
 
 def _pool(data, department, cluster, fail):

@@ -1,4 +1,6 @@
-"""Writes of the model registry: creating models, registering versions, tags and aliases.
+"""Writes of the model registry: creating models, registering versions, tags and aliases. What a version
+taken from a job needs (the job's checks, its lineage, the copy out of its output folder) is
+models_registry/from_job.py's; ``version_artifact_copy`` is re-exported here.
 
 - A model belongs to one department; its members (and platform admins) register versions and move aliases.
 - A version is registered from a succeeded job's output folder (``source_job`` + ``artifact_path``) or from
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import math
 import re
-import tempfile
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
@@ -28,13 +29,10 @@ from django.db.models import Max
 
 from accounts import selectors as account_selectors
 from accounts.services import audit_record
-from clusters.errors import ExecutorError
 from core.errors import Conflict, InvalidInput
-from jobs import lifecycle
-from jobs import selectors as job_selectors
 from jobs.models import Job
-from jobs.services import executor_for
-from models_registry import artifacts, selectors, tasks
+from models_registry import artifacts, from_job, selectors, tasks
+from models_registry.from_job import version_artifact_copy as version_artifact_copy  # re-exported: the task
 from models_registry.models import ModelAlias, ModelVersion, RegisteredModel
 from webhooks import events as webhook_events
 
@@ -117,7 +115,7 @@ def version_register(
             source_path=artifact_path,
             framework=framework,
             source_job=job,
-            lineage=_lineage_of(job),
+            lineage=from_job.lineage_of(job),
             metrics=dict(metrics or {}),
             tags=dict(tags or {}),
         )
@@ -175,55 +173,6 @@ def _create_numbered(
         except IntegrityError:
             continue
     raise InvalidInput(f"Too many registrations of {model.name} at once; try again.")
-
-
-def version_artifact_copy(*, version_id: int) -> None:
-    """Copy a ``registering`` version's artifact out of its job's output folder: ``ready``, or ``failed`` with why.
-
-    Nothing checked at registration is trusted here: the folder is the job's, and jobs of its department
-    may still change it. The copy takes regular files only (models_registry/artifact_copy.py).
-    """
-    version = (
-        ModelVersion.objects.select_related("model", "source_job__cluster")
-        .filter(pk=version_id, status=ModelVersion.Status.REGISTERING)
-        .first()
-    )
-    if version is None:
-        return  # done by an earlier delivery of this task, or deleted
-    job = version.source_job
-    errors: dict[str, list[str]] = {}
-    output = _output_dir(errors, job) if job is not None else None
-    if output is None:
-        _version_fail(version, " ".join(errors.get("source_job", [])) or "Its source job was deleted before the copy.")
-        return
-    try:
-        staged = artifacts.stage(output, version.source_path)
-    except artifacts.ArtifactError as exc:
-        _version_fail(version, str(exc))
-        return
-    try:
-        captured = _job_metrics(job)
-        with transaction.atomic():
-            locked = (
-                ModelVersion.objects.select_for_update()
-                .filter(pk=version.pk, status=ModelVersion.Status.REGISTERING)
-                .first()
-            )
-            if locked is None:
-                return
-            artifacts.place(staged, model_name=version.model.name, version=version.version)
-            locked.status, locked.status_message, locked.artifact_sha256 = ModelVersion.Status.READY, "", staged.sha256
-            locked.metrics = {**captured, **locked.metrics}  # metrics given at registration win
-            locked.save(update_fields=["status", "status_message", "artifact_sha256", "metrics"])
-            webhook_events.version_registered(version=locked)
-    finally:
-        artifacts.discard(staged)
-
-
-def _version_fail(version: ModelVersion, message: str) -> None:
-    ModelVersion.objects.filter(pk=version.pk, status=ModelVersion.Status.REGISTERING).update(
-        status=ModelVersion.Status.FAILED, status_message=message
-    )
 
 
 def version_require_ready(version: ModelVersion) -> None:
@@ -302,47 +251,7 @@ def _source(errors: dict, *, user, model, source_job, artifact_path, artifact_ur
                 "Give the source_job (id of a succeeded job) and the artifact_path it wrote, or an artifact_uri."
             ]
         return None, None
-    job = job_selectors.job_get(user=user, job_id=source_job)
-    if job is None:
-        errors["source_job"] = [f"No job {source_job} in your departments."]
-        return None, None
-    if job.department_id != model.department_id:
-        errors["source_job"] = [
-            f"Job {job.pk} belongs to department {job.department.slug} and model {model.name} to "
-            f"{model.department.slug}: register it in a model of {job.department.slug}."
-        ]
-        return None, job
-    if job.status != lifecycle.SUCCEEDED:
-        errors["source_job"] = [f"Job {job.pk} is {job.status}: only the output of a succeeded job can be registered."]
-        return None, job
-    output = _output_dir(errors, job)
-    if output is None:
-        return None, job
-    try:
-        return artifacts.resolve_inside(output, artifact_path, what=f"the output folder of job {job.pk}"), job
-    except artifacts.ArtifactError as exc:
-        errors["artifact_path"] = [str(exc)]
-        return None, job
-
-
-def _output_dir(errors: dict, job: Job) -> Path | None:
-    try:
-        executor = executor_for(job.cluster)
-    except ExecutorError as exc:
-        errors["source_job"] = [
-            f"The portal cannot read the output of job {job.pk}: {exc.message} "
-            "Copy the artifact somewhere it can and register it by artifact_uri."
-        ]
-        return None
-    runs = selectors.job_run_dirs(job=job, executor_root=executor.root)
-    output = runs[-1].output if runs else None
-    if output is None or not output.is_dir():
-        errors["source_job"] = [
-            f"Job {job.pk} has no output folder any more (PORTAL_OUTPUT_DIR was deleted or never "
-            "written): nothing to register."
-        ]
-        return None
-    return output
+    return from_job.job_source(errors, user=user, model=model, source_job=source_job, artifact_path=artifact_path)
 
 
 def _from_uri(*, user, uri: str) -> Path:
@@ -383,35 +292,6 @@ def _from_uri(*, user, uri: str) -> Path:
         + ", ".join(str(folder) for folder in allowed)
         + "."
     )
-
-
-def _lineage_of(job: Job) -> dict:
-    return {
-        "job": job.pk,
-        "job_name": job.name,
-        "department": job.department.slug,
-        "code_url": job.code_url,
-        "code_ref": job.code_ref,
-        "commit": job.commit,
-        "image": job.image.name,
-        "image_ref": job.image.image,
-        "command": job.command,
-        "requirements": list(job.requirements),
-        "submitted_by": job.submitted_by.username,
-        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-    }
-
-
-def _job_metrics(job: Job) -> dict[str, float]:
-    try:
-        root = executor_for(job.cluster).root
-    except ExecutorError:
-        return {}
-    runs = selectors.job_run_dirs(job=job, executor_root=root)
-    folders = [run.tensorboard for run in runs] + selectors.job_tensorboard_runs(job=job, executor_root=root)
-    # Read from copies: the event files are the job's, and a FIFO or a link there must not hang or leak.
-    with tempfile.TemporaryDirectory() as scratch:
-        return selectors.tensorboard_scalars(artifacts.readable_copies(folders, Path(scratch)))
 
 
 def version_update(

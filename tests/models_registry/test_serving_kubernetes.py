@@ -29,7 +29,7 @@ from serving.backends.manifests import (
     service_name,
 )
 from serving.models import Deployment, ModelServer, Variant
-from serving.router import _table_of
+from serving.routing_table import _table_of
 from serving.selectors import routing_table
 
 NAMESPACE = "portal-vision"
