@@ -128,7 +128,7 @@ def _tree(pid: int):
 
 
 def _children(pid: int) -> list[int]:
-    children = []
+    children: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:

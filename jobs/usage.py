@@ -246,14 +246,15 @@ def _usage_period(*, start: str, end: str, group_by: str, today: date) -> tuple[
             errors[name] = [_("%(value)r is not a date; use YYYY-MM-DD, e.g. 2026-12-01.") % {"value": value}]
             return None
 
-    first, last = parse("from", start), parse("to", end)
-    if not errors:
-        last = last or (today if first is None or first <= today else first)
-        first = first or last - timedelta(days=USAGE_DEFAULT_DAYS - 1)
-        if first > last:
-            errors["from"] = [_("'from' (%(first)s) is after 'to' (%(last)s).") % {"first": first, "last": last}]
-        elif (last - first).days + 1 > USAGE_MAX_DAYS:
-            errors["to"] = [_("Ask for at most %(days)d days at a time.") % {"days": USAGE_MAX_DAYS}]
+    parsed_first, parsed_last = parse("from", start), parse("to", end)
+    if errors:
+        raise InvalidInput(errors)
+    last = parsed_last or (today if parsed_first is None or parsed_first <= today else parsed_first)
+    first = parsed_first or last - timedelta(days=USAGE_DEFAULT_DAYS - 1)
+    if first > last:
+        errors["from"] = [_("'from' (%(first)s) is after 'to' (%(last)s).") % {"first": first, "last": last}]
+    elif (last - first).days + 1 > USAGE_MAX_DAYS:
+        errors["to"] = [_("Ask for at most %(days)d days at a time.") % {"days": USAGE_MAX_DAYS}]
     if errors:
         raise InvalidInput(errors)
     return first, last

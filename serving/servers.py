@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TypedDict, overload
 
 from django.conf import settings
 from django.db.models import F
@@ -50,6 +51,10 @@ STARTING, READY, FAILED, STOPPED = (
 )
 
 
+@overload
+def serving_backend(cluster: None = None) -> LocalServingBackend: ...
+@overload
+def serving_backend(cluster: Cluster | None) -> ServingBackend: ...
 def serving_backend(cluster: Cluster | None = None) -> ServingBackend:
     """The backend of a deployment's cluster: local processes without one (or on a local cluster)."""
     if cluster is None or cluster.backend == Cluster.Backend.LOCAL:
@@ -245,9 +250,19 @@ def _start(server: ModelServer, variant: Variant, backend: ServingBackend, *, no
     return 1
 
 
+class _CommonSpec(TypedDict):
+    """What a ServerSpec and a KServeSpec share."""
+
+    server_id: int
+    model_name: str
+    artifact: Path
+    store_root: Path
+    faults: dict
+
+
 def _spec(variant: Variant) -> ServerSpec:
     version, cluster = variant.version, variant.deployment.cluster
-    common = {
+    common: _CommonSpec = {
         "server_id": variant.pk,
         "model_name": server_model_name(variant),
         "artifact": artifact_path(version),

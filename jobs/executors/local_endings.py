@@ -11,6 +11,7 @@ import dataclasses
 import os
 import signal
 import time
+from typing import TypeGuard
 
 from clusters.local_procs import TICK, alive, kill_groups, live_groups, ours, reap, start_time
 from jobs.executors.base import CANCELLED, FAILED, FINAL_PHASES, LOST, RUNNING, SUCCEEDED
@@ -74,8 +75,8 @@ def record_ending(job: JobDir, ended: Ended) -> dict:
     )
 
 
-def is_pod_alive(pod: dict | None) -> bool:
-    return bool(pod) and alive(pod["pid"], pod["starttime"])
+def is_pod_alive(pod: dict | None) -> TypeGuard[dict]:
+    return pod is not None and bool(pod) and alive(pod["pid"], pod["starttime"])
 
 
 def kill_pod(job: JobDir, pod: dict | None, *, grace: float, children=None) -> None:

@@ -51,7 +51,7 @@ class _Connection:
         return status, body, keep
 
     async def _chunks(self) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         while True:
             size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
             if size == 0:

@@ -38,14 +38,15 @@ class KubernetesServingBackend:
         self.kube = kube  # clusters.kube.Kube
         self.settings = settings
 
-    def start(self, spec: KServeSpec) -> ServerProcess:
+    def start(self, spec: ServerSpec) -> ServerProcess:
         """Create the InferenceService; one that exists already is given the wanted spec if it differs."""
-        if spec.target is None:
+        target = spec.target if isinstance(spec, KServeSpec) else None
+        if target is None:
             raise ServingError(
                 "A Kubernetes model server needs its deployment's target (a KServeSpec).", permanent=True
             )
         try:
-            manifest = manifests.inference_service(spec.target, self.settings)
+            manifest = manifests.inference_service(target, self.settings)
         except ManifestError as exc:  # a setting is missing or wrong: an admin can act on the message
             raise ServingError(str(exc), permanent=True) from exc
         problems = manifest_problems(manifest)
