@@ -13,6 +13,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
+from jobs import running
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -31,6 +33,21 @@ def process_env() -> dict[str, str]:
     env["PORTAL_DATA_ROOT"] = str(settings.PORTAL_DATA_ROOT)
     env.setdefault("PORTAL_LOG_LEVEL", "WARNING")
     return env
+
+
+def wait_for(
+    predicate, *, timeout: float = 60.0, what: str = "condition", reconcile: bool = True, interval: float = 0.1
+):
+    """Poll until ``predicate()`` is truthy (its value); reconcile the jobs meanwhile as the periodic task does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if reconcile:
+            running.jobs_reconcile()
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def free_port() -> int:

@@ -1,7 +1,6 @@
 """Jobs end to end on the local executor: API -> admission -> launch -> real processes -> ending -> GPUs released."""
 
 import subprocess
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from django.utils import timezone
 from core.celery import app as celery_app
 from jobs import running
 from jobs.models import Job
-from tests.processes import Processes
+from tests.processes import Processes, wait_for
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
 
@@ -30,19 +29,6 @@ def head(url: str) -> str:
     return subprocess.run(
         ["git", "-C", url.removeprefix("file://"), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
-
-
-def wait_for(predicate, *, timeout=60.0, what="condition", reconcile=True):
-    """Poll until ``predicate()`` is truthy; reconcile like the periodic task does meanwhile."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if reconcile:
-            running.jobs_reconcile()
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def status_of(job_id):

@@ -1,5 +1,6 @@
-"""Helpers of the hostile-job suite (test_hostile_job.py): the probe's source, where a local job's files are on
-the host, processes on the host that carry a marker, and polling that reconciles like the periodic task."""
+"""Helpers of the hostile-job suite (test_hostile_*.py): the probe's source, where a local job's files are on
+the host, processes on the host that carry a marker, the portal's API as the tests call it, and polling that
+reconciles like the periodic task (tests.processes.wait_for)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,60 @@ from pathlib import Path
 
 from django.conf import settings
 
-from jobs import running
+from clusters.models import Cluster
 from jobs.models import Job
+from tests.conftest import World
+from tests.processes import wait_for
 
 PROBE = Path(__file__).with_name("hostile_probe.py")
 PLANTED = "zz_nlp_planted.pth"  # the .pth file the probe tries to plant (removed after the suite whatever happens)
+FINAL = {"succeeded", "failed", "cancelled"}
 
 
-def wait_for(predicate, *, timeout: float = 60.0, what: str = "condition"):
-    """Poll until ``predicate()`` is truthy, reconciling jobs meanwhile as the periodic task does."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        running.jobs_reconcile()
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+def stolen(result: dict) -> bool:
+    return result["ok"] and bool(result["value"])
+
+
+def refused(result: dict, *errors: str) -> bool:
+    return not result["ok"] and (not errors or result["error"] in errors)
+
+
+def submit(world: World, user, **fields) -> dict:
+    body = {"name": "hostile", "command": "python train.py", "gpus_per_worker": 1} | fields
+    response = world.api(user).post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 201, response.json()
+    return response.json()
+
+
+def job_of(world: World, user, job_id: int) -> dict:
+    return world.api(user).get(f"/api/v1/jobs/{job_id}/").json()
+
+
+def log_of(world: World, user, job_id: int) -> str:
+    return world.api(user).get(f"/api/v1/jobs/{job_id}/logs/").content.decode()
+
+
+def ended(world: World, user, job_id: int, *, timeout: float = 60) -> dict:
+    return wait_for(
+        lambda: (j := job_of(world, user, job_id))["status"] in FINAL and j,
+        timeout=timeout,
+        what=f"job {job_id} to end",
+    )
+
+
+def in_use(world: World, user, department: str) -> float:
+    return world.api(user).get(f"/api/v1/departments/{department}/").json()["usage"][0]["in_use"]
+
+
+def allocated(world: World) -> float:
+    return world.api(world.admin).get("/api/v1/clusters/").json()["results"][0]["pools"][0]["allocated"]
+
+
+def set_cluster(**changes) -> None:
+    # Straight into the row: the settings validator refuses what these tests need (isolation "none" on a
+    # cluster two departments share, a setup timeout under the minimum; see tests/security/conftest.py).
+    cluster = Cluster.objects.get(name="local")
+    Cluster.objects.filter(pk=cluster.pk).update(settings={**cluster.settings, **changes})
 
 
 def executor_root(cluster: str = "local") -> Path:
