@@ -22,25 +22,13 @@ from core.code_url import GIT_REF, code_url_problem
 from core.errors import InvalidInput
 from core.requirements import pip_requirements
 from images.models import FrameworkImage
+from jobs.executors.job_env import PORTAL_SET_ENV
 from quotas import selectors as quota_selectors
 from quotas.models import PriorityClass, Quota
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-RESERVED_ENV = {
-    "PORTAL_JOB_ID",
-    "PORTAL_JOB_NAME",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TF_CONFIG",
-    "CUDA_VISIBLE_DEVICES",
-    "TENSORBOARD_LOG_DIR",
-    "PORTAL_OUTPUT_DIR",
-    "PATH",
-    "VIRTUAL_ENV",
-}
+# What the portal sets in every job (jobs/executors/job_env.py), and PATH and VIRTUAL_ENV of its environment.
+RESERVED_ENV = PORTAL_SET_ENV | {"PATH", "VIRTUAL_ENV"}
 RESERVED_ENV_PREFIXES = ("PORTAL_",)
 MAX_COMMAND = 10_000
 MAX_WORKERS = 64
