@@ -38,6 +38,18 @@ from quotas.scheduler.eta import expected_end
 from quotas.services import quotas_check
 
 
+def _quota_state(quota: Quota, *, recent_usage: float = 0.0) -> QuotaState:
+    """A department's quota row as the scheduler sees it."""
+    return QuotaState(
+        department=quota.department.slug,
+        pool_id=quota.pool_id,
+        nominal=quota.nominal,
+        borrowing_limit=quota.borrowing_limit,
+        lending_limit=quota.lending_limit,
+        recent_usage=recent_usage,
+    )
+
+
 def quota_preview(*, department: Department, quotas: list[dict]) -> Decisions:
     """What one scheduling cycle would do if the department had these quotas. Changes nothing."""
     pools = quotas_check(department=department, quotas=quotas, lock=False)
@@ -51,16 +63,7 @@ def quota_preview(*, department: Department, quotas: list[dict]) -> Decisions:
         )
         for i in quotas
     ]
-    others = [
-        QuotaState(
-            department=q.department.slug,
-            pool_id=q.pool_id,
-            nominal=q.nominal,
-            borrowing_limit=q.borrowing_limit,
-            lending_limit=q.lending_limit,
-        )
-        for q in Quota.objects.exclude(department=department).select_related("department")
-    ]
+    others = [_quota_state(q) for q in Quota.objects.exclude(department=department).select_related("department")]
     queued = list(Job.objects.filter(status=lifecycle.QUEUED).select_related("pool__cluster", "priority", "department"))
     if not queued:
         return Decisions()
@@ -206,14 +209,7 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
     if quotas is None:
         recent = _recent_usage(pools.values())
         quotas = [
-            QuotaState(
-                department=q.department.slug,
-                pool_id=q.pool_id,
-                nominal=q.nominal,
-                borrowing_limit=q.borrowing_limit,
-                lending_limit=q.lending_limit,
-                recent_usage=recent.get((q.department.slug, q.pool_id), 0.0),
-            )
+            _quota_state(q, recent_usage=recent.get((q.department.slug, q.pool_id), 0.0))
             for q in Quota.objects.filter(pool_id__in=list(pools)).select_related("department")
         ]
     snapshot = Snapshot(
