@@ -18,10 +18,14 @@ Pure Python, no I/O, no framework.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 FULL = 1000  # milli of one whole GPU
+
+# (model, free CPU, sorted free milli, their sum) -> fragmentation
+Measure = Callable[[str, float, tuple[int, ...], int], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +35,20 @@ class Shape:
     cpu: int
     num_gpu: int
     gpu_milli: int
-    gpu_spec: frozenset[Any] = frozenset()
+    gpu_spec: frozenset[str] = frozenset()
+
+
+class PodLike(Protocol):
+    """What ``PodMix.observe`` reads of a pod."""
+
+    @property
+    def cpu(self) -> int: ...
+    @property
+    def num_gpu(self) -> int: ...
+    @property
+    def gpu_milli(self) -> int: ...
+    @property
+    def gpu_spec(self) -> frozenset[str]: ...
 
 
 class TypicalPods:
@@ -42,12 +59,12 @@ class TypicalPods:
         self._gpu_items = tuple(
             (s.cpu, s.num_gpu, s.gpu_milli, s.gpu_spec, f) for s, f in self.items if s.num_gpu and s.gpu_milli
         )
-        self._memo: dict[tuple[Any, ...], float] = {}
+        self._memo: dict[tuple[int, str, float, tuple[int, ...]], float] = {}
 
     def __bool__(self) -> bool:
         return bool(self._gpu_items)
 
-    def _memoized(self, kind: int, model: str, cpu_free: int, gpus, measure) -> float:
+    def _memoized(self, kind: int, model: str, cpu_free: float, gpus: Iterable[int], measure: Measure) -> float:
         key = (kind, model, cpu_free, tuple(sorted(gpus)))
         hit = self._memo.get(key)
         if hit is None:
@@ -56,11 +73,11 @@ class TypicalPods:
             hit = self._memo[key] = measure(model, cpu_free, free, total) if total else 0.0
         return hit
 
-    def fgd(self, model: str, cpu_free: int, gpus) -> float:
+    def fgd(self, model: str, cpu_free: float, gpus: Iterable[int]) -> float:
         """FGD's measure: expected free GPU milli a typical pod could not use on a node in this state."""
         return self._memoized(0, model, cpu_free, gpus, self._fgd)
 
-    def _fgd(self, model, cpu_free, free, total) -> float:
+    def _fgd(self, model: str, cpu_free: float, free: tuple[int, ...], total: int) -> float:
         frag = 0.0
         for cpu, num, milli, spec, freq in self._gpu_items:
             if cpu_free < cpu or (spec and model not in spec):
@@ -75,14 +92,14 @@ class TypicalPods:
             frag += freq * (below if usable >= num else total)
         return frag
 
-    def fill(self, model: str, cpu_free: int, gpus) -> float:
+    def fill(self, model: str, cpu_free: float, gpus: Iterable[int]) -> float:
         """Expected free GPU milli left unused if the node were filled with copies of one typical pod.
 
         Unlike ``fgd`` it sees what one pod cannot: two 470-milli slices leave 60 of a GPU, and 60 free
         cores next to 8 free GPUs serve only five 12-core pods."""
         return self._memoized(1, model, cpu_free, gpus, self._fill)
 
-    def _fill(self, model, cpu_free, free, total) -> float:
+    def _fill(self, model: str, cpu_free: float, free: tuple[int, ...], total: int) -> float:
         frag = 0.0
         for cpu, num, milli, spec, freq in self._gpu_items:
             if spec and model not in spec:
@@ -97,7 +114,7 @@ class TypicalPods:
             frag += freq * (total - copies * num * milli)
         return frag
 
-    def portal(self, model: str, cpu_free: int, gpus) -> float:
+    def portal(self, model: str, cpu_free: float, gpus: Iterable[int]) -> float:
         """The measure the ``fragmentation`` policy minimises: ``fgd + fill``."""
         return self.fgd(model, cpu_free, gpus) + self.fill(model, cpu_free, gpus)
 
@@ -107,17 +124,17 @@ class PodMix:
 
     def __init__(self, coverage: float = 0.95):
         self.coverage = coverage
-        self.counts: Counter[Any] = Counter()
+        self.counts: Counter[Shape] = Counter()
         self.seen = 0
 
     @classmethod
-    def from_pods(cls, pods, coverage: float = 0.95) -> PodMix:
+    def from_pods(cls, pods: Iterable[PodLike], coverage: float = 0.95) -> PodMix:
         mix = cls(coverage)
         for pod in pods:
             mix.observe(pod)
         return mix
 
-    def observe(self, pod) -> None:
+    def observe(self, pod: PodLike) -> None:
         """Count one pod: anything with ``cpu``, ``num_gpu``, ``gpu_milli`` and ``gpu_spec``."""
         self.add(Shape(pod.cpu, pod.num_gpu, pod.gpu_milli, pod.gpu_spec))
 
@@ -133,7 +150,8 @@ class PodMix:
             self.counts.items(),
             key=lambda kv: (-kv[1], kv[0].cpu, kv[0].num_gpu, kv[0].gpu_milli, sorted(kv[0].gpu_spec)),
         )
-        chosen, covered = [], 0
+        chosen: list[tuple[Shape, int]] = []
+        covered = 0
         for shape, count in ranked:
             if covered >= self.coverage * self.seen:
                 break

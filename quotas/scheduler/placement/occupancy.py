@@ -21,14 +21,17 @@ policy that scores node states, nodes grouped by state (``states()``: nodes in o
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from math import inf
-from typing import Any
 
 from quotas.scheduler.placement.fragmentation import FULL
-from quotas.scheduler.placement.policies import make_policy
+from quotas.scheduler.placement.policies import PlacementPolicy, make_policy
 from quotas.scheduler.types import BINPACK, PoolState, Slot
+
+# What a scoring policy sees of a node: (model, free CPU, free memory, free pod slots, sorted free milli).
+State = tuple[str, float, float, float, tuple[int, ...]]
 
 
 def units(share: float) -> int:
@@ -49,7 +52,9 @@ class NodeSpec:
 
 
 class Occupancy:
-    def __init__(self, pool: PoolState, policy=None):
+    state_of: list[State]  # each node's state, by node index; set with ``by_state`` (``states``)
+
+    def __init__(self, pool: PoolState, policy: PlacementPolicy | None = None):
         """The occupancy of ``pool`` (its nodes, ``used`` shares and ``placement`` policy, or ``policy``)."""
         self._build(
             [NodeSpec(name, pool.gpus_per_node) for name in pool.nodes],
@@ -58,14 +63,19 @@ class Occupancy:
         )
 
     @classmethod
-    def from_nodes(cls, nodes, policy=BINPACK, used=None) -> Occupancy:
+    def from_nodes(
+        cls,
+        nodes: Iterable[NodeSpec],
+        policy: str | PlacementPolicy = BINPACK,
+        used: Mapping[tuple[str, int], float] | None = None,
+    ) -> Occupancy:
         """Nodes that may differ (``NodeSpec``s); ``used``: (node, GPU) -> share in use; ``policy``: a name or
         a policy object (anything with ``whole``, ``fraction`` and ``no_gpu`` as in ``policies``)."""
         occupancy = object.__new__(cls)
         occupancy._build(list(nodes), used or {}, make_policy(policy) if isinstance(policy, str) else policy)
         return occupancy
 
-    def _build(self, specs: list[NodeSpec], used: dict[tuple[str, int], float], policy) -> None:
+    def _build(self, specs: list[NodeSpec], used: Mapping[tuple[str, int], float], policy: PlacementPolicy) -> None:
         self.policy = policy
         self.nodes = tuple(spec.name for spec in specs)
         self.index = {name: i for i, name in enumerate(self.nodes)}
@@ -96,7 +106,7 @@ class Occupancy:
         for name in self.nodes:
             self.by_free[len(whole_free[name])][name] = None
         # state -> (its nodes, a heap of their indexes); made when a policy first asks (``states``)
-        self.by_state: dict[tuple[Any, ...], tuple[set[int], list[int]]] | None = None
+        self.by_state: dict[State, tuple[set[int], list[int]]] | None = None
 
     @property
     def free(self) -> float:
@@ -118,7 +128,7 @@ class Occupancy:
         return clone
 
     # --- what policies read -------------------------------------------------------------
-    def room(self, i: int, cpu: float, mem: float, models=()) -> bool:
+    def room(self, i: int, cpu: float, mem: float, models: Collection[str] = ()) -> bool:
         """CPU, memory, a pod slot and the GPU model on node ``i`` (the GPUs are each policy's index)."""
         return (
             cpu <= self.cpu_free[i]
@@ -127,7 +137,7 @@ class Occupancy:
             and (not models or self.model[i] in models)
         )
 
-    def first_fitting(self, nodes, cpu: float, mem: float, models=()) -> str | None:
+    def first_fitting(self, nodes: Iterable[str], cpu: float, mem: float, models: Collection[str] = ()) -> str | None:
         """The first of ``nodes`` (names, in order) with room for the rest of a worker."""
         if not self.limited and not models:
             return next(iter(nodes), None)
@@ -137,7 +147,9 @@ class Occupancy:
                 return node
         return None
 
-    def first_fitting_gpu(self, keys, cpu: float, mem: float, models=()) -> tuple[str, int] | None:
+    def first_fitting_gpu(
+        self, keys: Iterable[tuple[str, int]], cpu: float, mem: float, models: Collection[str] = ()
+    ) -> tuple[str, int] | None:
         if not self.limited and not models:
             return next(iter(keys), None)
         index = self.index
@@ -146,7 +158,9 @@ class Occupancy:
                 return key
         return None
 
-    def fits_node(self, i: int, gpus: int, milli: int, cpu: float = 0, mem: float = 0, models=()) -> bool:
+    def fits_node(
+        self, i: int, gpus: int, milli: int, cpu: float = 0, mem: float = 0, models: Collection[str] = ()
+    ) -> bool:
         """The whole fit rule on node ``i`` for one worker: ``gpus`` whole GPUs (``milli`` = FULL), a share of one
         GPU (``gpus`` = 1, ``milli`` < FULL) or no GPU (``gpus`` = 0)."""
         if not gpus:
@@ -158,20 +172,22 @@ class Occupancy:
             return bool(free) and max(free) >= milli
         return free.count(FULL) >= gpus
 
-    def state(self, i: int) -> tuple[Any, ...]:
+    def state(self, i: int) -> State:
         """What a scoring policy needs of node ``i``: (model, CPU, memory, pod slots, sorted free milli)."""
         return self.model[i], self.cpu_free[i], self.mem_free[i], self.pods_free[i], tuple(sorted(self.gpu_free[i]))
 
-    def states(self) -> dict[tuple[Any, ...], tuple[set[int], list[int]]]:
+    def states(self) -> dict[State, tuple[set[int], list[int]]]:
         """The nodes grouped by ``state``, kept up to date from the first call on."""
         if self.by_state is None:
-            self.by_state, self.state_of = {}, [None] * len(self.nodes)
-            for i in range(len(self.nodes)):
-                self._join(i, self.state(i))
+            by_state: dict[State, tuple[set[int], list[int]]] = {}
+            self.by_state, self.state_of = by_state, [self.state(i) for i in range(len(self.nodes))]
+            for i, state in enumerate(self.state_of):
+                self._join(by_state, i, state)
         return self.by_state
 
-    def first_in_state(self, state: tuple[Any, ...]) -> int:
-        """The lowest node index in ``state``."""
+    def first_in_state(self, state: State) -> int:
+        """The lowest node index in ``state`` (``states()`` made the groups)."""
+        assert self.by_state is not None, "first_in_state before states()"
         members, heap = self.by_state[state]
         while heap[0] not in members:
             heappop(heap)
@@ -179,7 +195,7 @@ class Occupancy:
 
     # --- placing --------------------------------------------------------------------------
     def place(
-        self, workers: int, gpus_per_worker: float, *, cpu: float = 0, mem: float = 0, models=()
+        self, workers: int, gpus_per_worker: float, *, cpu: float = 0, mem: float = 0, models: Collection[str] = ()
     ) -> list[Slot] | None:
         """Slots for every worker, taken from the pool; None (and nothing taken) if the gang does not fit."""
         per_worker = int(gpus_per_worker) * FULL if gpus_per_worker >= 1 else units(gpus_per_worker)
@@ -194,14 +210,16 @@ class Occupancy:
             slots.append(slot)
         return slots
 
-    def fits(self, workers: int, gpus_per_worker: float, *, cpu: float = 0, mem: float = 0, models=()) -> bool:
+    def fits(
+        self, workers: int, gpus_per_worker: float, *, cpu: float = 0, mem: float = 0, models: Collection[str] = ()
+    ) -> bool:
         slots = self.place(workers, gpus_per_worker, cpu=cpu, mem=mem, models=models)
         if slots is None:
             return False
         self.release(slots, cpu=cpu, mem=mem)
         return True
 
-    def _place_one(self, worker: int, gpus: float, cpu: float, mem: float, models) -> Slot | None:
+    def _place_one(self, worker: int, gpus: float, cpu: float, mem: float, models: Collection[str]) -> Slot | None:
         policy = self.policy
         if gpus >= 1:
             needed = int(gpus)
@@ -231,7 +249,7 @@ class Occupancy:
         self._use(self.index[node], cpu, mem, 1)
         return Slot(worker=worker, node=node)
 
-    def release(self, slots, *, cpu: float = 0, mem: float = 0) -> None:
+    def release(self, slots: Iterable[Slot], *, cpu: float = 0, mem: float = 0) -> None:
         """Give back what these slots hold (and, where tracked, ``cpu`` and ``mem`` per worker)."""
         index = self.index
         for slot in slots:
@@ -241,7 +259,7 @@ class Occupancy:
                 self._give(slot.node, i, gpu, amount)
             self._use(i, -cpu, -mem, -1)
 
-    def retake(self, slots, *, cpu: float = 0, mem: float = 0) -> None:
+    def retake(self, slots: Iterable[Slot], *, cpu: float = 0, mem: float = 0) -> None:
         """Undo ``release`` of these slots."""
         index = self.index
         for slot in slots:
@@ -310,21 +328,22 @@ class Occupancy:
             self.cpu_free[i] -= cpu
             self.mem_free[i] -= mem
             self.pods_free[i] -= pods
-        if self.by_state is not None:
+        by_state = self.by_state
+        if by_state is not None:
             state = self.state(i)
             old = self.state_of[i]
             if state != old:
-                members = self.by_state[old][0]
+                members = by_state[old][0]
                 members.discard(i)
                 if not members:
-                    del self.by_state[old]
-                self._join(i, state)
+                    del by_state[old]
+                self._join(by_state, i, state)
 
-    def _join(self, i: int, state: tuple[Any, ...]) -> None:
+    def _join(self, by_state: dict[State, tuple[set[int], list[int]]], i: int, state: State) -> None:
         self.state_of[i] = state
-        group = self.by_state.get(state)
+        group = by_state.get(state)
         if group is None:
-            self.by_state[state] = ({i}, [i])
+            by_state[state] = ({i}, [i])
         else:
             group[0].add(i)
             heappush(group[1], i)

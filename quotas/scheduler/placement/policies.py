@@ -21,16 +21,37 @@ On equal terms binpack and spread take the node that entered its index bucket fi
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Any
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol, cast
 
 from quotas.scheduler.placement.fragmentation import FULL, PodMix, Shape, TypicalPods
-from quotas.scheduler.types import BINPACK, FRAGMENTATION, PLACEMENTS, SPREAD
+from quotas.scheduler.types import BINPACK, FRAGMENTATION, PLACEMENTS, SPREAD, PendingJob, PoolState, RunningJob
+
+if TYPE_CHECKING:  # occupancy imports this module
+    from quotas.scheduler.placement.occupancy import Occupancy, State
+
+
+class PlacementPolicy(Protocol):
+    """What ``Occupancy`` asks of a policy, for one worker: a node (whole GPUs, no GPU) or a (node, GPU) pair
+    (a fraction) that it fits, or None."""
+
+    def whole(
+        self, occupancy: Occupancy, count: int, cpu: float, mem: float, models: Collection[str] = ...
+    ) -> str | None: ...
+
+    def fraction(
+        self, occupancy: Occupancy, amount: int, cpu: float, mem: float, models: Collection[str] = ...
+    ) -> tuple[str, int] | None: ...
+
+    def no_gpu(self, occupancy: Occupancy, cpu: float, mem: float) -> str | None: ...
 
 
 class Binpack:
     name = BINPACK
 
-    def whole(self, occupancy, count: int, cpu: float, mem: float, models=()) -> str | None:
+    def whole(
+        self, occupancy: Occupancy, count: int, cpu: float, mem: float, models: Collection[str] = ()
+    ) -> str | None:
         by_free = occupancy.by_free
         for free in range(count, occupancy.most + 1):
             if by_free[free]:
@@ -39,7 +60,9 @@ class Binpack:
                     return node
         return None
 
-    def fraction(self, occupancy, amount: int, cpu: float, mem: float, models=()) -> tuple[str, int] | None:
+    def fraction(
+        self, occupancy: Occupancy, amount: int, cpu: float, mem: float, models: Collection[str] = ()
+    ) -> tuple[str, int] | None:
         levels, shared = occupancy.levels, occupancy.shared
         for position in range(bisect_right(levels, FULL - amount) - 1, -1, -1):
             key = occupancy.first_fitting_gpu(shared[levels[position]], cpu, mem, models)
@@ -48,14 +71,16 @@ class Binpack:
         node = self.whole(occupancy, 1, cpu, mem, models)
         return None if node is None else (node, min(occupancy.whole_free[node]))
 
-    def no_gpu(self, occupancy, cpu: float, mem: float) -> str | None:
+    def no_gpu(self, occupancy: Occupancy, cpu: float, mem: float) -> str | None:
         return self.whole(occupancy, 0, cpu, mem)
 
 
 class Spread:
     name = SPREAD
 
-    def whole(self, occupancy, count: int, cpu: float, mem: float, models=()) -> str | None:
+    def whole(
+        self, occupancy: Occupancy, count: int, cpu: float, mem: float, models: Collection[str] = ()
+    ) -> str | None:
         by_free = occupancy.by_free
         for free in range(occupancy.most, count - 1, -1):
             if by_free[free]:
@@ -64,7 +89,9 @@ class Spread:
                     return node
         return None
 
-    def fraction(self, occupancy, amount: int, cpu: float, mem: float, models=()) -> tuple[str, int] | None:
+    def fraction(
+        self, occupancy: Occupancy, amount: int, cpu: float, mem: float, models: Collection[str] = ()
+    ) -> tuple[str, int] | None:
         node = self.whole(occupancy, 1, cpu, mem, models)
         if node is not None:
             return node, min(occupancy.whole_free[node])
@@ -75,7 +102,7 @@ class Spread:
                 return key
         return None
 
-    def no_gpu(self, occupancy, cpu: float, mem: float) -> str | None:
+    def no_gpu(self, occupancy: Occupancy, cpu: float, mem: float) -> str | None:
         return self.whole(occupancy, 0, cpu, mem)
 
 
@@ -93,36 +120,46 @@ class Fragmentation:
     def use(self, typical: TypicalPods) -> None:
         """Score against this mix from now on."""
         self.typical = typical
-        self.scores: dict[tuple[Any, ...], tuple[tuple[Any, ...], int | None]] = {}
+        # (state, GPUs, milli, CPU) -> (key, GPU free milli to slice, for a fraction)
+        self.scores: dict[tuple[State, int, int, float], tuple[tuple[float, ...], int | None]] = {}
 
-    def measure(self, model: str, cpu_free: float, free: tuple[Any, ...]) -> float:
+    def measure(self, model: str, cpu_free: float, free: Sequence[int]) -> float:
         return self.typical.portal(model, cpu_free, free)
 
-    def key(self, delta: float, free_after: int, cpu_after: float) -> tuple[Any, ...]:
+    def key(self, delta: float, free_after: int, cpu_after: float) -> tuple[float, ...]:
         """Lower is better; the node index breaks what ties remain."""
         return round(delta, 6), free_after, cpu_after
 
-    def whole(self, occupancy, count: int, cpu: float, mem: float, models=()) -> str | None:
+    def whole(
+        self, occupancy: Occupancy, count: int, cpu: float, mem: float, models: Collection[str] = ()
+    ) -> str | None:
         best = self._best(occupancy, count, FULL, cpu, mem, models)
         return None if best is None else occupancy.nodes[best[0]]
 
-    def fraction(self, occupancy, amount: int, cpu: float, mem: float, models=()) -> tuple[str, int] | None:
+    def fraction(
+        self, occupancy: Occupancy, amount: int, cpu: float, mem: float, models: Collection[str] = ()
+    ) -> tuple[str, int] | None:
         best = self._best(occupancy, 1, amount, cpu, mem, models)
         if best is None:
             return None
         i, slice_of = best
-        return occupancy.nodes[i], occupancy.gpu_free[i].index(slice_of)  # the lowest-index GPU that free
+        # slice_of is None only for a share that rounds to FULL (units: 0.9995 and up); index(None) then raises
+        # ValueError, as it always has -- the cast changes nothing at run time.
+        return occupancy.nodes[i], occupancy.gpu_free[i].index(cast(int, slice_of))  # the lowest-index GPU that free
 
-    def no_gpu(self, occupancy, cpu: float, mem: float) -> str | None:
+    def no_gpu(self, occupancy: Occupancy, cpu: float, mem: float) -> str | None:
         best = self._best(occupancy, 0, 0, cpu, mem, ())
         return None if best is None else occupancy.nodes[best[0]]
 
-    def _best(self, occupancy, gpus: int, milli: int, cpu: float, mem: float, models) -> tuple[int, object] | None:
+    def _best(
+        self, occupancy: Occupancy, gpus: int, milli: int, cpu: float, mem: float, models: Collection[str]
+    ) -> tuple[int, int | None] | None:
         """(node index, GPU free milli to slice, for a fraction) of the best placement, or None if none fits."""
         scores = self.scores
         if len(scores) > self.CACHE_LIMIT:
             scores.clear()
-        best_key, best_states = None, []
+        best_key: tuple[float, ...] | None = None
+        best_states: list[tuple[State, int | None]] = []
         for state in occupancy.states():
             model, cpu_free, mem_free, pods_free, free = state
             if cpu > cpu_free or mem > mem_free or pods_free < 1:
@@ -140,7 +177,7 @@ class Fragmentation:
             return None
         return min((occupancy.first_in_state(state), choice) for state, choice in best_states)
 
-    def _score(self, state: tuple[Any, ...], gpus: int, milli: int, cpu: float) -> tuple[tuple[Any, ...], int | None]:
+    def _score(self, state: State, gpus: int, milli: int, cpu: float) -> tuple[tuple[float, ...], int | None]:
         model, cpu_free, _, _, free = state
         measure, cpu_after = self.measure, cpu_free - cpu
         before = measure(model, cpu_free, free)
@@ -160,7 +197,7 @@ class Fragmentation:
         return self.key(after - before, sum(free) - gpus * milli, cpu_after), choice
 
 
-def make_policy(name: str, typical: TypicalPods | None = None):
+def make_policy(name: str, typical: TypicalPods | None = None) -> Binpack | Spread | Fragmentation:
     """The policy called ``name`` (``PLACEMENTS``); ``typical``: the mix the fragmentation policy scores."""
     if name == BINPACK:
         return Binpack()
@@ -178,7 +215,9 @@ def worker_shape(gpus: float) -> Shape:
     return Shape(0, 1, max(1, round(gpus * FULL))) if gpus > 0 else Shape(0, 0, 0)
 
 
-def policy_for(pool, pending=(), running=()):
+def policy_for(
+    pool: PoolState, pending: Iterable[PendingJob] = (), running: Iterable[RunningJob] = ()
+) -> Binpack | Spread | Fragmentation:
     """The policy of ``pool`` for one cycle; the fragmentation one scores against the workers of the pool's
     running and pending jobs (every worker counts once; coverage 100%, so rare small shapes that fill
     leftovers count)."""
@@ -187,8 +226,8 @@ def policy_for(pool, pending=(), running=()):
     mix = PodMix(coverage=1.0)
     for job in pending:
         mix.add(worker_shape(job.gpus_per_worker), job.workers)
-    for job in running:
-        for slot in job.slots:
+    for running_job in running:
+        for slot in running_job.slots:
             mix.add(
                 worker_shape(slot.fraction) if slot.fraction else Shape(0, len(slot.gpus), FULL if slot.gpus else 0)
             )
