@@ -1,8 +1,8 @@
 """What the router does besides answering: counting, flushing, shadow copies, remembering predictions.
 
-Owns, per process: the counters and latency histograms of each variant, summed in memory and added to
-VariantStats every FLUSH_SECONDS or every FLUSH_REQUESTS requests (serving.counters.stats_flush, on one
-writer thread, the counts kept for the next flush when the database is away); the background tasks
+Owns, per process: the counters, latency histograms and exact latency sums of each variant, summed in memory
+and added to VariantStats every FLUSH_SECONDS or every FLUSH_REQUESTS requests (serving.counters.stats_flush, on
+one writer thread, the counts kept for the next flush when the database is away); the background tasks
 (shadow copies sent after the answer is ready, whose latency and errors never reach the caller and whose
 answers are compared with the primary's: ab_stats.agree); and request_id -> variant in the cache for
 FEEDBACK_TTL seconds, for the A/B outcomes. serving/router.py (the interface) calls ``record``, ``counters_of``, ``flush_soon``, ``spawn``, ``mirror``,
@@ -37,7 +37,8 @@ SHADOW_TIMEOUT = 10.0
 
 # --- Counters ----------------------------------------------------------------------------------------
 
-_FIELDS = ("requests", "errors", "outcomes", "successes", "shadow_compared", "shadow_agreed")
+# Summed as they are; latency_seconds_sum is the exact sum of the latencies counted in latency_counts.
+_FIELDS = ("requests", "errors", "outcomes", "successes", "shadow_compared", "shadow_agreed", "latency_seconds_sum")
 _pending: dict[int, dict] = {}
 _pending_requests = 0
 _flush_timer: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.TimerHandle] = weakref.WeakKeyDictionary()
@@ -61,6 +62,7 @@ def record(variant_id: int, ms: float | None, *, error: bool) -> None:
         counters["errors"] += 1
     if ms is not None:
         ab_stats.observe(counters["latency_counts"], ms)
+        counters["latency_seconds_sum"] += ms / 1000
     _pending_requests += 1
     if _pending_requests >= FLUSH_REQUESTS:
         flush_soon(now=True)

@@ -96,6 +96,9 @@ class VariantStats(models.Model):
     errors = models.PositiveBigIntegerField(default=0)
     # latency histogram: bucket upper bounds in ms (traffic.LATENCY_BUCKETS_MS) -> counts
     latency_counts = models.JSONField(default=list, blank=True)
+    # the exact sum of the latencies counted in latency_counts, in seconds, since this field exists (the metrics'
+    # histogram _sum): observations counted before it are in the buckets only
+    latency_seconds_sum = models.FloatField(default=0)
     outcomes = models.PositiveBigIntegerField(default=0)  # feedback received
     successes = models.PositiveBigIntegerField(default=0)
     shadow_compared = models.PositiveBigIntegerField(default=0)  # shadow: answers compared with the primary

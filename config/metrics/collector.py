@@ -7,7 +7,6 @@ their ``_bucket``, ``_sum`` and ``_count``. RENAMED lists the names of earlier r
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from itertools import accumulate
 
@@ -24,12 +23,6 @@ VARIANT = ["deployment", "variant"]
 # traffic.LATENCY_BUCKETS_MS are upper bounds with counts[i] in (bound[i-1], bound[i]]: Prometheus' "le"
 # buckets exactly; the one count more is "over 60 s" (+Inf).
 LATENCY_BOUNDS_S = [f"{ms / 1000:g}" for ms in traffic.LATENCY_BUCKETS_MS] + ["+Inf"]
-# What one answer of each bucket adds to the histogram's _sum: the geometric middle of its bounds (half the
-# first bound for the first bucket; 60 s for "over 60 s"). The routers keep bucket counts only.
-_LATENCY_MIDDLES_S = [
-    (math.sqrt(low * high) if low else high / 2) / 1000
-    for low, high in zip((0.0, *traffic.LATENCY_BUCKETS_MS[:-1]), traffic.LATENCY_BUCKETS_MS)
-] + [traffic.LATENCY_BUCKETS_MS[-1] / 1000]
 ADMISSION_WAIT_BOUNDS_S = selectors.ADMISSION_WAIT_BOUNDS_S
 
 # Families: (kind, name, help, labels). A counter's name is without _total: its samples get it.
@@ -89,9 +82,9 @@ FAMILIES = {
         HistogramMetricFamily,
         "portal_router_latency_seconds",
         (
-            "Latency of the variant's answers through the router. The buckets are exact; _sum is estimated "
-            "from them (each answer at its bucket's geometric middle, over 60 s at 60 s): the routers keep "
-            "bucket counts only."
+            "Latency of the variant's answers through the router. _sum is the exact sum of the latencies, "
+            "counted from the release that added it on: answers counted before are in the buckets and _count "
+            "but add nothing to _sum."
         ),
         VARIANT,
     ),
@@ -183,12 +176,15 @@ def _event_counters(quota_labels, slugs):
 
 
 def _router_metrics(rows):
+    """_sum is VariantStats.latency_seconds_sum, the routers' exact sum. Rows counted before it existed keep
+    those answers in their buckets and _count only: an estimate from the buckets for them would be replaced by
+    the much smaller exact sum at their first flush, and a counter that goes down reads as a reset."""
     requests, errors, latency = family("requests"), family("errors"), family("latency")
     for stats in rows:
         labels = [stats.variant.deployment.name, stats.variant.name]
         requests.add_metric(labels, stats.requests)
         errors.add_metric(labels, stats.errors)
         counts = traffic.merge(stats.latency_counts, [])  # padded to the full histogram
-        estimate = sum(count * middle for count, middle in zip(counts, _LATENCY_MIDDLES_S))
-        latency.add_metric(labels, list(zip(LATENCY_BOUNDS_S, accumulate(counts))), sum_value=estimate)
+        buckets = list(zip(LATENCY_BOUNDS_S, accumulate(counts)))
+        latency.add_metric(labels, buckets, sum_value=stats.latency_seconds_sum)
     yield from (requests, errors, latency)

@@ -18,6 +18,9 @@ from serving import services
 from serving.models import Deployment
 from tests.models_registry.test_serving import INSTANCES, ab, create, poll, portal, register  # noqa: F401 - fixture
 from tests.processes import BIN, Processes, free_port, wait_for_port
+from tests.test_metrics import scrape, value
+
+LATENCY = "portal_router_latency_seconds"
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -342,3 +345,25 @@ def test_outsiders_cannot_call_and_anonymous_gets_401(portal, any_web):
         lambda: metrics(portal, "private")["a"]["outcomes"] == {"count": 1, "successes": 1, "rate": 1.0},
         what="the outcome to be counted",
     )
+
+
+def test_a_request_adds_its_latency_to_the_histograms_sum(portal, web):
+    """portal_router_latency_seconds: a 300 ms answer grows _sum by about 0.3 s (exact, not from the buckets) and
+    _count by one."""
+    register("iris", 1, tags={"fault.delay_ms": 300})
+    variants = [{"name": "a", "version": 1, "weight": 100}]
+    create(portal, {"name": "slow", "department": "vision", "model": "iris", "variants": variants})
+    headers, labels = token(portal, portal.alice), {"deployment": "slow", "variant": "a"}
+
+    def latency(requests: int) -> tuple[float, float] | None:
+        if metrics(portal, "slow")["a"]["requests"] != requests:
+            return None  # not flushed yet
+        samples = scrape()
+        return value(samples, f"{LATENCY}_sum", **labels), value(samples, f"{LATENCY}_count", **labels)
+
+    assert {status for status, _, _ in call(web, "slow", headers, count=1)} == {200}  # the web process warms up
+    before = poll(lambda: latency(1), what="the router to flush its counters")
+    (status, _, seconds), *_ = call(web, "slow", headers, count=1)
+    after = poll(lambda: latency(2), what="the router to flush its counters")
+    assert status == 200 and after[1] == before[1] + 1 == 2
+    assert 0.3 <= after[0] - before[0] <= seconds  # the server's delay, at most what the caller waited
