@@ -216,7 +216,12 @@ def test_it_refuses_a_volume_on_the_portals_own_directories(world, data_root, ca
     path, message = _portal_paths(data_root)[case]
     response = create(world, world.carol, local_path=path)
     assert response.status_code == 400
-    assert message in " ".join(response.json()["local_path"]), response.json()
+    said = " ".join(response.json()["local_path"])
+    if case == "above the checkout" and Path(data_root).is_relative_to(path):
+        # A checkout under /tmp (as the test's data root is): its parent holds both; either is the reason given.
+        assert "contains the portal's checkout" in said or "contains the portal's data root" in said, said
+    else:
+        assert message in said, response.json()
     assert not Storage.objects.filter(name="vision-scratch").exists()
 
 
