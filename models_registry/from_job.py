@@ -59,7 +59,14 @@ def _output_dir(errors: dict, job: Job) -> Path | None:
             "Copy the artifact somewhere it can and register it by artifact_uri."
         ]
         return None
-    runs = selectors.job_run_dirs(job=job, executor_root=executor.root)  # type: ignore[attr-defined]  # the executors with folders have a root
+    root = getattr(executor, "root", None)  # only executors that keep run folders on this host have one
+    if root is None:
+        errors["source_job"] = [
+            f"The portal cannot read the output of job {job.pk}: its cluster {job.cluster.name} keeps job folders "
+            "on its own volumes. Copy the artifact somewhere the portal can read and register it by artifact_uri."
+        ]
+        return None
+    runs = selectors.job_run_dirs(job=job, executor_root=root)
     output = runs[-1].output if runs else None
     if output is None or not output.is_dir():
         errors["source_job"] = [
@@ -89,8 +96,10 @@ def lineage_of(job: Job) -> dict:
 
 def _job_metrics(job: Job) -> dict[str, float]:
     try:
-        root = executor_for(job.cluster).root  # type: ignore[attr-defined]  # as in _output_dir
+        root = getattr(executor_for(job.cluster), "root", None)  # as in _output_dir
     except ExecutorError:
+        return {}
+    if root is None:
         return {}
     runs = selectors.job_run_dirs(job=job, executor_root=root)
     folders = [run.tensorboard for run in runs] + selectors.job_tensorboard_runs(job=job, executor_root=root)

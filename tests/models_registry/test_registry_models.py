@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from accounts.models import AuditEvent
+from models_registry import from_job
 from models_registry.artifacts import artifact_path
 from models_registry.models import ModelVersion
 from tests.models_registry.test_registry import (
@@ -136,3 +137,16 @@ def test_tags_are_merged_and_null_removes_one(registry, settings):
     assert body["tags"] == {"dataset": "digits", "stage": "prod"}
     response = api.patch("/api/v1/models/digits/versions/1/", {"tags": {"x": "y"}, "alias": ["a"]}, format="json")
     assert response.status_code == 400 and response.json() == {"alias": ["Unknown field; did you mean 'aliases'?"]}
+
+
+def test_a_job_whose_cluster_keeps_no_folders_here_is_refused_with_what_to_do(registry, settings, monkeypatch):
+    """A Kubernetes job's output lives on the cluster's volumes: a 400 that says so, not a server error."""
+    job = succeeded_job(registry, settings)
+    create_model(registry)
+    monkeypatch.setattr(from_job, "executor_for", lambda cluster: object())  # an executor with no root folder
+
+    response = register(registry, {"source_job": job.pk, "artifact_path": "model.joblib"})
+
+    assert response.status_code == 400
+    assert "register it by artifact_uri" in response.json()["source_job"][0]
+    assert not ModelVersion.objects.exists()
