@@ -316,5 +316,5 @@ def test_the_pools_placement_policy_decides_where_admission_puts_a_job(world, pl
 def test_the_cluster_list_shows_each_pools_placement_policy(world):
     GpuPool.objects.filter(cluster__name="local").update(placement="fragmentation")
     clusters = world.api(world.alice).get("/api/v1/clusters/").json()
-    local = next(c for c in (clusters["results"] if isinstance(clusters, dict) else clusters) if c["name"] == "local")
+    local = next(c for c in clusters["results"] if c["name"] == "local")
     assert {pool["placement"] for pool in local["pools"]} == {"fragmentation"}

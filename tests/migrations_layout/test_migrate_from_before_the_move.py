@@ -50,8 +50,7 @@ print(json.dumps({
     "counts": {m.__name__: m.objects.count() for m in [Department, Membership, ApiToken, AuditEvent, Cluster, GpuPool,
                Storage, FrameworkImage, ImageBuild, Quota, Job, TensorBoard, ModelVersion, Deployment, Variant,
                ModelServer, VariantStats, Webhook]},
-    "job": [job.department.slug, job.cluster.name, job.pool.gpu_type == GpuPool.objects.filter(cluster__name="local").first().gpu_type,
-            job.image.official, job.submitted_by.username],
+    "job": [job.department.slug, job.cluster.name, job.pool.gpu_type, job.image.official, job.submitted_by.username],
     "placement": sorted(set(GpuPool.objects.values_list("placement", flat=True))),
     "board_jobs": list(board.jobs.values_list("name", flat=True)),
     "variant": [variant.deployment.model.name, variant.version.version, variant.version.source_job.name,
@@ -135,7 +134,7 @@ def test_a_database_from_before_the_move_migrates_with_every_row_kept(database_b
         "VariantStats": 1,
         "Webhook": 1,
     }  # the seed's rows (plus the department and membership the check itself adds)
-    assert found["job"] == ["vision", "local", True, True, "alice"]
+    assert found["job"] == ["vision", "local", "sim", True, "alice"]  # the dumps' local pool is the simulated one
     assert found["placement"] == ["binpack"]  # what every pool did before the field existed
     assert found["board_jobs"] == ["premove-job"]
     assert found["variant"] == ["premove-model", 1, "premove-job", True, 0]
