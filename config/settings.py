@@ -55,6 +55,16 @@ def _settings_from_env():
             "PORTAL_METRICS_ALLOW", env.list("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
         ),
         "bench": env.bool("PORTAL_BENCH", False),
+        # Logs and disk (jobs/executors/log_reader.py): a log line longer than this is shown cut, with a mark.
+        "log_line_max_bytes": env.int("PORTAL_LOG_LINE_MAX_BYTES", 16 * 1024, minimum=256, maximum=16 * 1024**2),
+        # A local job's log (per worker) stops growing at this size, with a line saying so; the job goes on.
+        "job_log_max_bytes": env.int("PORTAL_JOB_LOG_MAX_BYTES", 100 * 1024**2, minimum=4096),
+        # A local job whose folders (code, output, tmp, checkpoints, TensorBoard) hold more than this fails.
+        "job_disk_max_bytes": env.int("PORTAL_JOB_DISK_MAX_BYTES", 20 * 1024**3, minimum=1024**2),
+        # Finished jobs' folders, outputs and logs are deleted this many days after they ended; 0 keeps them.
+        "job_retention_days": env.int("PORTAL_JOB_RETENTION_DAYS", 30, minimum=0, maximum=36500),
+        # A cached job environment no job used for this many days is deleted; 0 keeps them.
+        "job_env_unused_days": env.int("PORTAL_JOB_ENV_UNUSED_DAYS", 14, minimum=0, maximum=36500),
     }
 
 
@@ -255,6 +265,17 @@ CELERY_BEAT_SCHEDULE = {
     # Webhook deliveries whose retry task was lost are sent again; old delivery log entries are dropped.
     "reconcile-webhook-deliveries": {"task": "webhooks.tasks.reconcile_deliveries", "schedule": 60.0},
 }
+
+# --- Logs and disk (jobs/executors/log_reader.py, jobs/retention.py, jobs/executors/local_disk.py) ---
+# A log line longer than this many bytes is shown as its first bytes and "… [line cut: N bytes]".
+PORTAL_LOG_LINE_MAX_BYTES = _s["log_line_max_bytes"]
+# A local job's log (per worker) stops growing here; the job goes on, its log says it was cut.
+PORTAL_JOB_LOG_MAX_BYTES = _s["job_log_max_bytes"]
+# A local job whose writable folders hold more than this fails (reason disk_limit_exceeded).
+PORTAL_JOB_DISK_MAX_BYTES = _s["job_disk_max_bytes"]
+# Days after which a finished job's files are deleted (0: kept forever), and unused job environments.
+PORTAL_JOB_RETENTION_DAYS = _s["job_retention_days"]
+PORTAL_JOB_ENV_UNUSED_DAYS = _s["job_env_unused_days"]
 
 # --- Auth, i18n, static ------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -220,6 +221,7 @@ class JobEventsApi(generics.ListAPIView):
 
 
 FOLLOW_POLL_SECONDS = 0.25
+FOLLOW_READS_PER_POLL = 8  # a log far behind is caught up on a few bounded reads at a time
 
 
 class JobLogsApi(APIView):
@@ -242,7 +244,7 @@ class JobLogsApi(APIView):
         follow = params.get("follow", "").lower() in {"1", "true", "yes"}
         executor = running.executor_for(job.cluster)
         if not follow:
-            lines = selectors.log_tail(executor.logs(job.run_id, worker, 0), tail) if job.run_id else []
+            lines = _read_log(executor, job.run_id, worker, tail=tail).lines if job.run_id else []
             return HttpResponse("".join(lines), content_type="text/plain; charset=utf-8")
         return StreamingHttpResponse(_follow(job, executor, worker, tail), content_type="text/plain; charset=utf-8")
 
@@ -258,20 +260,28 @@ def _int_param(value, name, errors, *, low, high):
     return number
 
 
+def _read_log(executor, run_id, worker, *, tail=None, cursor=None):
+    """One bounded read (log_reader): a line past PORTAL_LOG_LINE_MAX_BYTES is cut and marked."""
+    return executor.read_log(run_id, worker, cursor=cursor, tail=tail, line_max=settings.PORTAL_LOG_LINE_MAX_BYTES)
+
+
 async def _follow(job, executor, worker, tail):
     """Stream lines as they are written, until the job has ended and its log is read to the end."""
-    offset, run_id = 0, job.run_id
+    cursor, run_id = None, job.run_id
     while True:
         ended, current_run = await sync_to_async(
             lambda: Job.objects.filter(pk=job.pk).values_list("status", "run_id").get()
         )()
         ended = ended in lifecycle.FINAL
         if current_run != run_id:  # admitted (again) since we started: follow the new run
-            offset, run_id = 0, current_run
-        lines = await sync_to_async(lambda: list(executor.logs(run_id, worker, offset)))() if run_id else []
-        for line in lines if offset else lines[-tail:]:
-            yield line
-        offset += sum(len(line.encode()) for line in lines)
+            cursor, run_id = None, current_run
+        for _ in range(FOLLOW_READS_PER_POLL if run_id else 0):  # each read touches a bounded number of bytes
+            read = await sync_to_async(lambda: _read_log(executor, run_id, worker, tail=tail, cursor=cursor))()
+            for line in read.lines:
+                yield line
+            moved, cursor = read.cursor != cursor, read.cursor
+            if not moved:
+                break
         if ended:
             return
         await asyncio.sleep(FOLLOW_POLL_SECONDS)

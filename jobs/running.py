@@ -59,6 +59,8 @@ def executor_for(cluster: Cluster) -> Executor:
             shared_storage=(str(settings.PORTAL_DATA_ROOT / "storage"),),  # the demo's volumes (clusters.storage_paths)
             allowed_indexes=tuple(cluster.settings.get("pip_indexes", ())),
             extra_ro_paths=tuple(cluster.settings.get("sandbox_ro_paths", ())),
+            log_max_bytes=settings.PORTAL_JOB_LOG_MAX_BYTES,
+            disk_max_bytes=settings.PORTAL_JOB_DISK_MAX_BYTES,
         )
     if cluster.backend == Cluster.Backend.KUBERNETES:
         return _kubernetes_executor(cluster)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
-from collections.abc import Iterator
+from collections import defaultdict
 from dataclasses import dataclass
 
 from django.db.models import Q, QuerySet
@@ -46,10 +45,6 @@ def job_get(*, user, job_id: int) -> Job | None:
 
 def job_events(*, job: Job) -> QuerySet[JobEvent]:
     return job.events.all()
-
-
-def log_tail(lines: Iterator[str], count: int) -> list[str]:
-    return list(deque(lines, maxlen=count))
 
 
 @dataclass(frozen=True)

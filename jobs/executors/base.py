@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from jobs.executors import log_reader
+
 
 @dataclass(frozen=True)
 class WorkerPlacement:
@@ -98,3 +100,15 @@ class Executor(Protocol):
 
     def logs(self, job_id: str, worker: int, since: int = 0) -> Iterator[str]:
         """Complete lines of one worker's log from byte offset ``since``, each with its newline."""
+
+    def read_log(
+        self,
+        job_id: str,
+        worker: int,
+        *,
+        cursor: log_reader.Cursor | None = None,
+        tail: int | None = None,
+        line_max: int = log_reader.LINE_MAX_BYTES,
+    ) -> log_reader.LogRead:
+        """One read of bounded cost (log_reader): the last ``tail`` lines, or the lines after ``cursor``; a line
+        longer than ``line_max`` bytes is cut and marked. The returned cursor is where a follower goes on."""

@@ -11,6 +11,7 @@ NetworkPolicy (the fence between the department's pods and the portal), once per
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import time
@@ -30,6 +31,7 @@ from clusters.k8s import (
 )
 from clusters.kube import Kube, KubeError
 from clusters.manifest_validation import ManifestInvalid, check_manifests
+from jobs.executors import log_reader
 from jobs.executors.base import (
     FAILED,
     FINAL_PHASES,
@@ -322,18 +324,39 @@ class KubernetesExecutor:
 
     def logs(self, job_id: str, worker: int, since: int = 0) -> Iterator[str]:
         """Complete lines of one worker's setup output then its command's, from byte offset ``since``."""
+        data, ended = self._log_bytes(job_id, worker)
+        data = data[since:]
+        if not ended:
+            data = data[: data.rfind(b"\n") + 1]
+        return iter(data.decode(errors="replace").splitlines(keepends=True))
+
+    def read_log(
+        self,
+        job_id: str,
+        worker: int,
+        *,
+        cursor: log_reader.Cursor | None = None,
+        tail: int | None = None,
+        line_max: int = log_reader.LINE_MAX_BYTES,
+    ) -> log_reader.LogRead:
+        """The local executor's bounded read, over what the cluster keeps: the kubelet rotates a container's
+        log at its containerLogMaxSize (10 MiB by default) and the API serves the current file only."""
+        data, ended = self._log_bytes(job_id, worker)
+        log = io.BytesIO(data)
+        if cursor is None:
+            return log_reader.tail(log, tail or 1, end=len(data), final=ended, line_max=line_max)
+        return log_reader.forward(log, cursor, end=len(data), final=ended, line_max=line_max)
+
+    def _log_bytes(self, job_id: str, worker: int) -> tuple[bytes, bool]:
         _, pods = self._objects([job_id])
         pod = next((p for p in pods.get(job_id, []) if worker_of(p) == worker), None)
         if pod is None:
-            return iter(())
+            return b"", False
         meta, spec = pod["metadata"], pod["spec"]
         ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
         names = [c["name"] for c in spec.get("initContainers") or []] + [spec["containers"][0]["name"]]
         text = "".join(self.kube.pod_log(meta["namespace"], meta["name"], container=name) for name in names)
-        data = text.encode()[since:]
-        if not ended:
-            data = data[: data.rfind(b"\n") + 1]
-        return iter(data.decode(errors="replace").splitlines(keepends=True))
+        return text.encode(), ended
 
     def collect_garbage(self, keep: set[str]) -> list[str]:
         """Delete the portal's job objects whose job id is not in ``keep``; the ids deleted."""

@@ -28,6 +28,7 @@ from pathlib import Path
 from clusters import sandbox
 from clusters.errors import ExecutorError
 from core.code_url import code_url_problem, is_local_code, local_path
+from jobs.executors import log_reader
 from jobs.executors.base import FINAL_PHASES, STARTING, JobSpec, ObservedState, Placement
 from jobs.executors.local_endings import conclude_unsupervised
 from jobs.executors.local_jobdir import JobDir, checkpoint_at, read_json, write_json
@@ -76,6 +77,8 @@ class LocalExecutor:
         extra_ro_paths: tuple[str, ...] = (),
         shared_code: tuple[str, ...] = (),
         shared_storage: tuple[str, ...] = (),
+        log_max_bytes: int | None = None,
+        disk_max_bytes: int | None = None,
     ):
         self.root = Path(root)
         self.python = python or base_python()  # job virtualenvs are built on it
@@ -89,6 +92,8 @@ class LocalExecutor:
         self.shared_storage = tuple(os.path.realpath(p) for p in shared_storage)  # the same, for storage volumes
         self.allowed_indexes = allowed_indexes
         self.extra_ro_paths = extra_ro_paths  # more host folders jobs see read-only (e.g. /opt/conda)
+        self.log_max_bytes = log_max_bytes  # a worker's log stops growing here (sandbox_init.Relay)
+        self.disk_max_bytes = disk_max_bytes  # a job whose folders hold more fails (local_disk.DiskWatch)
 
     # -- the Executor protocol
 
@@ -125,6 +130,8 @@ class LocalExecutor:
                     "local_source": os.path.realpath(local_path(job.code_url)) if is_local_code(job.code_url) else None,
                     "allowed_indexes": list(self.allowed_indexes),
                     "extra_ro_paths": list(self.extra_ro_paths),
+                    "log_max_bytes": self.log_max_bytes,
+                    "disk_max_bytes": self.disk_max_bytes,
                 },
             )
             jobdir.write_state(phase=STARTING, launched_at=time.time())
@@ -164,29 +171,40 @@ class LocalExecutor:
         self._supervise(jobdir)
 
     def logs(self, job_id: str, worker: int, since: int = 0) -> Iterator[str]:
-        # Lines are decoded as UTF-8 with replacement: for a valid UTF-8 log, the next offset is
-        # since + sum(len(line.encode())) of what was yielded.
+        # Lines are decoded as UTF-8 with replacement: for a valid UTF-8 log whose lines are all shorter than
+        # log_reader.LINE_MAX_BYTES, the next offset is since + sum(len(line.encode())) of what was yielded.
+        cursor: log_reader.Cursor | None = log_reader.Cursor(max(0, since))
+        while cursor is not None:
+            read = self.read_log(job_id, worker, cursor=cursor)
+            yield from read.lines
+            cursor = read.cursor if read.cursor != cursor else None
+
+    def read_log(
+        self,
+        job_id: str,
+        worker: int,
+        *,
+        cursor: log_reader.Cursor | None = None,
+        tail: int | None = None,
+        line_max: int = log_reader.LINE_MAX_BYTES,
+    ) -> log_reader.LogRead:
+        """One bounded read of a worker's log: the last ``tail`` lines, or the lines after ``cursor``."""
+        empty = log_reader.LogRead([], cursor or log_reader.Cursor())
         if not _JOB_ID.fullmatch(job_id):
-            return
+            return empty
         jobdir = self._jobdir(job_id)
         # Looked at before reading: once final, nothing more will be written, so a last line without
         # a newline is complete.
         final = (jobdir.state() or {}).get("phase") in FINAL_PHASES
         try:
-            log = open(jobdir.log_file(int(worker)), "rb")  # noqa: SIM115 - closed below, also when abandoned
+            log = open(jobdir.log_file(int(worker)), "rb")  # noqa: SIM115 - closed below
         except FileNotFoundError:
-            return
+            return empty
         with log:
             end = os.fstat(log.fileno()).st_size
-            log.seek(max(0, since))
-            pending = b""
-            while log.tell() < end:
-                pending += log.read(min(64 * 1024, end - log.tell()))
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    yield line.decode("utf-8", "replace") + "\n"
-            if pending and final:
-                yield pending.decode("utf-8", "replace")
+            if cursor is None:
+                return log_reader.tail(log, tail or 1, end=end, final=final, line_max=line_max)
+            return log_reader.forward(log, cursor, end=end, final=final, line_max=line_max)
 
     # -- helpers
 

@@ -43,6 +43,7 @@ from jobs.executors.base import (
     FAILED,
     RUNNING,
 )
+from jobs.executors.local_disk import DiskWatch
 from jobs.executors.local_endings import (
     Ended,
     Worker,
@@ -101,6 +102,7 @@ class Runner(SetupSteps):
         commit = self.fetch_code()
         self.job.write_state(commit=commit)
         env_dir = self.environment()
+        self.job.write_state(env=str(env_dir))  # in use: the executor's env eviction leaves it alone
         self.check_cancel()
         self.check_setup_time()
         self.start_workers(env_dir)
@@ -149,10 +151,13 @@ class Runner(SetupSteps):
         self.tee(f"[portal] {line}\n".encode())
 
     def tee(self, data: bytes) -> None:
-        # Setup output goes to every worker's log, ahead of what the command will print there.
+        # Setup output goes to every worker's log, ahead of what the command will print there; past the log's cap
+        # it is dropped (the launcher says the log was cut once the command prints).
+        cap = self.launch.get("log_max_bytes")
         for rank in range(self.spec.workers):
             with open(self.job.log_file(rank), "ab") as log:
-                log.write(data)
+                room = len(data) if cap is None else max(0, cap - log.tell())
+                log.write(data[:room])
 
     def check_cancel(self) -> None:
         if self.job.cancel_file.exists():
@@ -223,7 +228,10 @@ class Runner(SetupSteps):
                     {"rank": placement.worker, "command": self.spec.command, "env": env, "cwd": view.code, "log_fd": fd}
                 )
             exit_dir = EXIT_AT if self.sandboxed else str(self.job.exits)
-            write_json(self.job.workers_file, {"workers": plan, "exit_dir": exit_dir})
+            write_json(
+                self.job.workers_file,
+                {"workers": plan, "exit_dir": exit_dir, "log_max_bytes": self.launch.get("log_max_bytes")},
+            )
             launcher = [self.python, "-I", "-S"]
             if self.sandboxed:
                 self.proc, self.pod = self._start_sandbox(launcher, view, env_dir, devices, tuple(fds))
@@ -287,11 +295,17 @@ class Runner(SetupSteps):
     def watch(self) -> Ended:
         started_at = self.job.state()["started_at"]
         limit = self.spec.max_runtime_seconds
+        disk = DiskWatch(
+            (self.job.code, self.job.output, self.job.tmp, self.job.exits, self.checkpoint_dir, self.tensorboard_dir),
+            self.launch.get("disk_max_bytes"),
+        )
         while True:
             self.look_at_workers()
             ended = judge(
                 self.job, self.workers, deadline_passed=limit is not None and time.time() > started_at + limit
             )
+            if ended is None and (over := disk.check()):
+                ended = Ended(FAILED, "disk_limit_exceeded", over)
             if ended is not None:
                 break
             time.sleep(TICK)
