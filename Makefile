@@ -74,8 +74,9 @@ sandbox:
 run: migrate sandbox
 	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py demo --url "http://127.0.0.1:$(PORT)/"
-	@echo "Starting web, worker, beat (scheduler) and watcher; Ctrl-C stops them all."
-	$(VENV)/bin/honcho --procfile platform/Procfile --app-root . start --port $(PORT)
+	@echo "Starting web, worker, beat (scheduler) and watcher under supervisord: a crashed one is restarted,"
+	@echo "logs in $${PORTAL_DATA_ROOT:-var}/logs, health at http://127.0.0.1:$(PORT)/healthz; Ctrl-C stops them all."
+	sh platform/supervise.sh
 
 # The browser tests (tests/browser) drive Debian's Chromium, never a browser Playwright downloads.
 # A CJK font too, so that screenshots of the Chinese pages show characters, not boxes.

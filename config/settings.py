@@ -264,6 +264,10 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-image-builds": {"task": "images.tasks.reconcile_builds", "schedule": 10.0},
     # Webhook deliveries whose retry task was lost are sent again; old delivery log entries are dropped.
     "reconcile-webhook-deliveries": {"task": "webhooks.tasks.reconcile_deliveries", "schedule": 60.0},
+    # Kubernetes objects of jobs the portal no longer knows (a deleted job, a replaced run) are deleted.
+    "collect-job-garbage": {"task": "jobs.tasks.collect_garbage", "schedule": 600.0},
+    # Finished jobs' files past PORTAL_JOB_RETENTION_DAYS, and job environments unused for PORTAL_JOB_ENV_UNUSED_DAYS.
+    "clean-up-job-files": {"task": "jobs.tasks.clean_up_job_files", "schedule": 3600.0},
 }
 
 # --- Logs and disk (jobs/executors/log_reader.py, jobs/retention.py, jobs/executors/local_disk.py) ---

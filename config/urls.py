@@ -4,7 +4,7 @@ from django.urls import include, path
 from django.views.i18n import JavaScriptCatalog
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from config.health import healthz
+from config.health import healthz, healthz_live, healthz_ready
 
 api_v1 = [
     path("", include("accounts.urls")),
@@ -22,6 +22,8 @@ api_v1 = [
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("healthz/ready", healthz_ready, name="healthz-ready"),
+    path("healthz/live", healthz_live, name="healthz-live"),
     path("metrics", include("config.metrics.urls")),
     path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),

@@ -26,3 +26,6 @@ class PortalTask(Task):
 app = Celery("portal", task_cls=PortalTask)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# The worker's heartbeat (/healthz, `manage.py heartbeat --check worker`): a step of its consumer, named by its
+# path so that this module stays below the heartbeats it starts (core/heartbeats.py).
+app.steps["consumer"].add("core.heartbeats:WorkerHeartbeat")

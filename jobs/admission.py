@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from accounts.models import Department
 from clusters.cluster_settings import setup_timeout_seconds
+from core import heartbeats
 from jobs import lifecycle, live, tasks
 from jobs.models import Job
 from jobs.transitions import job_transition
@@ -88,6 +89,7 @@ def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
     now = now or timezone.now()
     with transaction.atomic():
         _lock_cycle()
+        heartbeats.beat(heartbeats.CYCLE)  # /healthz: the age of the last cycle
         queued = {
             job.pk: job
             for job in Job.objects.filter(status=lifecycle.QUEUED).select_related(

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The image's entrypoint (platform/Dockerfile). `web`, `worker`, `beat` or `watcher` runs that process's line of
-# platform/Procfile, the same line `make run` starts, so the image and a local run cannot drift apart.
+# platform/Procfile, the same line `make run`'s supervisord starts through this script (platform/supervisord.conf),
+# so the image and a local run cannot drift apart.
 # Anything else runs as given, e.g. `python manage.py migrate --noinput`.
 set -eu
 cd "$(dirname "$0")/.."

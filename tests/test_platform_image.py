@@ -54,7 +54,7 @@ def image_tree(tmp_path):
     shutil.copy(PLATFORM / "Procfile", tmp_path / "platform")
     bin_dir = tmp_path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
-    for program in ("daphne", "celery"):
+    for program in ("uvicorn", "celery"):
         (bin_dir / program).write_text(f'#!/bin/sh\nprintf "%s\\n" "{program}" "$@"\n')
         (bin_dir / program).chmod(0o755)
     return tmp_path
@@ -77,13 +77,23 @@ def test_it_starts_the_procfiles_command_lines_in_the_image(image_tree):
     web = run_entrypoint(image_tree, "web", PORT="8123", PORTAL_BIND="0.0.0.0")
     assert web.returncode == 0, web.stderr
     assert web.stdout.split("\n")[:-1] == [
-        "daphne",
-        "--bind",
+        "uvicorn",
+        "config.asgi:application",
+        "--host",
         "0.0.0.0",
         "--port",
         "8123",
-        "--proxy-headers",
-        "config.asgi:application",
+        "--http",
+        "httptools",
+        "--loop",
+        "uvloop",
+        "--ws",
+        "websockets",
+        "--lifespan",
+        "off",
+        "--no-server-header",
+        "--no-proxy-headers",
+        "--no-access-log",
     ]
     worker = run_entrypoint(image_tree, "worker", PORTAL_LOG_LEVEL="WARNING", HOSTNAME="pod-1")
     assert worker.stdout.split("\n")[:-1] == [
@@ -101,7 +111,7 @@ def test_it_starts_the_procfiles_command_lines_in_the_image(image_tree):
     beat = run_entrypoint(image_tree, "beat")
     assert beat.stdout.split("\n")[:-1] == ["celery", "--app", "config", "beat", "--loglevel", "INFO"]
     default = run_entrypoint(image_tree)
-    assert default.stdout.split("\n")[0] == "daphne"
+    assert default.stdout.split("\n")[0] == "uvicorn"
 
 
 def test_it_runs_any_other_command_as_given_in_the_image(image_tree):
@@ -148,3 +158,28 @@ def test_it_keeps_local_state_out_of_the_build_context_but_not_the_code():
         "frontend/static/frontend/portal.css",
     ):
         assert not ignored(path), path
+
+
+def test_make_run_supervises_the_procfiles_processes_without_honcho_or_daphne():
+    import configparser
+
+    conf = configparser.RawConfigParser()
+    conf.read(PLATFORM / "supervisord.conf")
+    programs = {
+        section.split(":", 1)[1]: conf[section] for section in conf.sections() if section.startswith("program:")
+    }
+    assert set(programs) == set(procfile()) == {"web", "worker", "beat", "watcher"}
+    for name, program in programs.items():
+        # The image's entrypoint runs the Procfile's line: `make run` and the image start the same commands.
+        assert program["command"] == f"sh platform/docker-entrypoint.sh {name}"
+        assert program["autorestart"] == "true" and program["stdout_events_enabled"] == "true"
+        assert program["stdout_logfile"] == f"%(ENV_PORTAL_LOG_DIR)s/{name}.log"
+    for section in ("unix_http_server", "supervisord"):
+        for key in ("file", "logfile", "pidfile"):
+            if key in conf[section]:
+                assert conf[section][key].startswith("%(ENV_PORTAL_SUPERVISOR_DIR)s/"), (section, key)
+    run = (ROOT / "Makefile").read_text().split("\nrun:", 1)[1].split("\n\n", 1)[0]
+    assert "sh platform/supervise.sh" in run
+    for path in [ROOT / "Makefile", *PLATFORM.rglob("*")]:
+        if path.is_file():
+            assert not re.search(r"\b(honcho|daphne)\b", path.read_text()), path

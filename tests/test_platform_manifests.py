@@ -226,17 +226,60 @@ def test_it_gives_settings_that_the_portal_accepts(rendered, variant, tmp_path):
 
 
 @pytest.mark.parametrize("variant", ["base", "overlay"])
-def test_it_probes_web_on_healthz_at_the_port_daphne_listens_on(rendered, variant):
+def test_it_probes_web_on_its_own_liveness_and_its_readiness_at_the_port_it_listens_on(rendered, variant):
     docs = rendered[variant]
     config, _ = settings_of(docs)
     (web,) = [c for d, c in portal_containers(docs) if c["name"] == "web"]
     assert web["ports"] == [{"name": "http", "containerPort": int(config["PORT"])}]
+    paths = {}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         get = web[probe]["httpGet"]
-        assert (get["path"], get["port"]) == ("/healthz", "http")
+        assert get["port"] == "http"
         assert get["httpHeaders"] == [{"name": "Host", "value": "localhost"}]
-        # /healthz runs three checks of up to 3 s each.
-        assert web[probe]["timeoutSeconds"] >= 9
+        paths[probe] = get["path"]
+    # Liveness asks only web itself: a stale worker or a database outage must not restart web pods.
+    assert paths == {
+        "startupProbe": "/healthz/live",
+        "readinessProbe": "/healthz/ready",
+        "livenessProbe": "/healthz/live",
+    }
+    # /healthz/ready runs three checks of up to 3 s each.
+    assert web["readinessProbe"]["timeoutSeconds"] >= 9
+
+
+@pytest.mark.parametrize("variant", ["base", "overlay"])
+def test_worker_beat_and_watcher_each_prove_their_own_liveness(rendered, variant):
+    from django.conf import settings
+
+    containers = {c["name"]: c for d, c in portal_containers(rendered[variant])}
+    for name in ("worker", "beat", "watcher"):
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            command = containers[name][probe]["exec"]["command"]
+            assert command[:5] == ["python", "manage.py", "heartbeat", "--check", name], (name, probe, command)
+            max_age = float(command[command.index("--max-age") + 1])
+            # Never tighter than /healthz's threshold (normal running never flaps), and the probe outlasts a start.
+            assert max_age >= settings.PORTAL_HEALTH_MAX_AGE, (name, probe)
+            assert containers[name][probe]["timeoutSeconds"] >= 20, (name, probe)  # a Django start per probe
+        live = containers[name]["livenessProbe"]
+        assert live["periodSeconds"] * live["failureThreshold"] >= 60, name
+
+
+@pytest.mark.django_db
+def test_the_liveness_probes_command_fails_on_a_stale_heartbeat_and_passes_on_a_fresh_one(rendered):
+    from datetime import timedelta
+
+    from django.core.management import CommandError, call_command
+    from django.utils import timezone
+
+    from core import heartbeats
+
+    (worker,) = [c for d, c in portal_containers(rendered["base"]) if c["name"] == "worker"]
+    args = worker["livenessProbe"]["exec"]["command"][3:]  # python manage.py heartbeat ...
+    heartbeats.beat("worker", now=timezone.now() - timedelta(seconds=61))
+    with pytest.raises(CommandError, match="last beat 61 s ago"):
+        call_command("heartbeat", *args)
+    heartbeats.beat("worker")
+    call_command("heartbeat", *args)
 
 
 @pytest.mark.parametrize("variant", ["base", "overlay"])

@@ -14,6 +14,7 @@ import signal
 import threading
 from functools import partial
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
@@ -21,6 +22,7 @@ from clusters.errors import ExecutorError
 from clusters.kube import Kube
 from clusters.models import Cluster
 from clusters.services import cluster_settings
+from core import heartbeats
 from jobs import lifecycle
 from jobs.executors.k8s_watch import JobWatcher
 from jobs.executors.kubernetes import KubernetesExecutor
@@ -57,16 +59,27 @@ class Command(BaseCommand):
                 threading.Thread(target=watcher.run, args=(stop,), name=f"watch-{cluster.name}", daemon=True)
             )
         if not threads:
-            # Stay up (idle) rather than exit: process managers (honcho, Kubernetes) treat an exit as a crash.
+            # Stay up (idle) rather than exit: process managers (supervisord, Kubernetes) treat an exit as a crash.
             self.stderr.write("No Kubernetes cluster to watch; idle until stopped (restart after adding one).")
-            stop.wait()
+            beat_while(stop, threads)
             return
         for thread in threads:
             thread.start()
         self.stdout.write(f"Watching {len(threads)} cluster(s).")
-        stop.wait()
+        beat_while(stop, threads)
         for thread in threads:
             thread.join(90)
+
+
+def beat_while(stop: threading.Event, threads: list[threading.Thread]) -> None:
+    """Until stopped, refresh the watcher's heartbeat (core/heartbeats.py) while every watch thread lives: a
+    frozen watcher, or one whose watch died, goes stale on /healthz and fails its liveness probe."""
+    heartbeats.beat_safely(heartbeats.WATCHER)
+    while not stop.wait(settings.PORTAL_HEARTBEAT_SECONDS):
+        if all(thread.is_alive() for thread in threads):
+            heartbeats.beat_safely(heartbeats.WATCHER)
+        else:
+            log.error("a cluster watch thread has died; the heartbeat stops so that the watcher is restarted")
 
 
 def observe(cluster: Cluster, executor: KubernetesExecutor, lock: threading.Lock, run_id: str) -> None:
