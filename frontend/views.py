@@ -156,6 +156,10 @@ def job_detail(request, job_id: int):
         "cancellable": job.status not in lifecycle.FINAL and job.cancel_requested_at is None,
         "workers": range(job.workers),
         "logs_url": reverse("api-job-logs", args=[job.pk]),
+        # Files removed after PORTAL_JOB_RETENTION_DAYS (jobs/retention.py): the page says how long after the end.
+        "retention_days": (job.files_removed_at - job.finished_at).days
+        if job.files_removed_at and job.finished_at
+        else 0,
     }
     return _render_live(request, "frontend/job_detail.html", "frontend/partials/job_live.html", context)
 

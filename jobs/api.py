@@ -124,6 +124,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "estimated_start",
             "preemptions",
             "lost_gpu_seconds",
+            "files_removed_at",
         ]
 
     def get_tensorboard_url(self, job) -> str | None:

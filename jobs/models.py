@@ -71,6 +71,9 @@ class Job(models.Model):
     admitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # When its files (logs, outputs, checkpoints, TensorBoard events) were deleted, PORTAL_JOB_RETENTION_DAYS after
+    # it ended (jobs/retention.py); the row and registered model versions (copies) stay.
+    files_removed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from jobs import running
+from jobs import retention, running
 
 
 @shared_task
@@ -23,3 +23,8 @@ def reconcile_jobs() -> None:
 @shared_task(expires=600)
 def collect_garbage() -> None:
     running.jobs_collect_garbage()
+
+
+@shared_task(expires=3000)
+def clean_up_job_files() -> None:
+    retention.jobs_files_clean_up()

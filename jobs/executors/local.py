@@ -28,7 +28,7 @@ from pathlib import Path
 from clusters import sandbox
 from clusters.errors import ExecutorError
 from core.code_url import code_url_problem, is_local_code, local_path
-from jobs.executors import log_reader
+from jobs.executors import local_cleanup, log_reader
 from jobs.executors.base import FINAL_PHASES, STARTING, JobSpec, ObservedState, Placement
 from jobs.executors.local_endings import conclude_unsupervised
 from jobs.executors.local_jobdir import JobDir, checkpoint_at, read_json, write_json
@@ -205,6 +205,17 @@ class LocalExecutor:
             if cursor is None:
                 return log_reader.tail(log, tail or 1, end=end, final=final, line_max=line_max)
             return log_reader.forward(log, cursor, end=end, final=final, line_max=line_max)
+
+    # -- clean-up (local_cleanup.py)
+
+    def remove_job_files(self, job_id: int, job_key: str) -> list[str]:
+        """Delete the folders of a finished job: its runs (log, output, code), checkpoints and TensorBoard events."""
+        return local_cleanup.remove_job_files(self.root, job_id=job_id, job_key=job_key)
+
+    def evict_envs(self, unused_seconds: float, now: float | None = None) -> list[str]:
+        """Delete job environments no job used for ``unused_seconds``; never one an unfinished job uses."""
+        in_use = local_cleanup.envs_in_use(self.root)
+        return local_cleanup.evict_unused(self.root / "envs", unused_seconds=unused_seconds, in_use=in_use, now=now)
 
     # -- helpers
 

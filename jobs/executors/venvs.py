@@ -172,7 +172,7 @@ class Envs:
             resolved = lines
             key = cache_key(version + ("\nuv" if self.uv else ""), lines)
         env = self.root / key
-        if (env / COMPLETE).exists():
+        if self._reuse(env, key):
             self.say(f"reusing cached environment {key[:12]} ({len(resolved)} packages)")
             return env
         with open(self.root / f"{key}.lock", "a") as lock:
@@ -196,6 +196,19 @@ class Envs:
                 shutil.rmtree(building, ignore_errors=True)
                 raise
         return env
+
+    def _reuse(self, env: Path, key: str) -> bool:
+        """Is the env complete? If so its last use is now: under a shared lock on its key, which eviction
+        (evict_unused) takes exclusively, so an env is never removed between this answer and the job's use."""
+        if not (env / COMPLETE).exists():
+            return False
+        with open(self.root / f"{key}.lock", "a") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_SH)
+            try:
+                os.utime(env / COMPLETE)
+            except FileNotFoundError:
+                return False  # evicted meanwhile: built again
+            return True
 
     def _visible(self, lines: list[str]) -> list[str]:
         """``file://`` references as a build sandbox sees them: each file at /portal/files/<hash of its path>/."""
