@@ -55,6 +55,16 @@ def _settings_from_env():
             "PORTAL_METRICS_ALLOW", env.list("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
         ),
         "bench": env.bool("PORTAL_BENCH", False),
+        # Webhook outbox (webhooks/outbox.py): attempts at one delivery before it is marked failed.
+        "webhook_max_attempts": env.int("PORTAL_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=30),
+        # The wait after a delivery's first failed attempt, in seconds; x4 after each further one (+-20 % jitter).
+        "webhook_retry_seconds": env.int("PORTAL_WEBHOOK_RETRY_SECONDS", 10, minimum=1, maximum=86400),
+        # The longest wait between two attempts, in seconds (default 6 h).
+        "webhook_retry_max_seconds": env.int(
+            "PORTAL_WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600, minimum=1, maximum=7 * 86400
+        ),
+        # How often beat sends the deliveries that are due, in seconds.
+        "webhook_poll_seconds": env.int("PORTAL_WEBHOOK_POLL_SECONDS", 5, minimum=1, maximum=300),
         # Logs and disk (jobs/executors/log_reader.py): a log line longer than this is shown cut, with a mark.
         "log_line_max_bytes": env.int("PORTAL_LOG_LINE_MAX_BYTES", 16 * 1024, minimum=256, maximum=16 * 1024**2),
         # A local job's log (per worker) stops growing at this size, with a line saying so; the job goes on.
@@ -109,6 +119,13 @@ PORTAL_ARTIFACT_IMPORT_DIRS = _s["artifact_import_dirs"]
 PORTAL_ARTIFACT_MAX_BYTES = _s["artifact_max_bytes"]
 # Webhooks may call loopback, private and link-local addresses (SSRF guard off): for receivers inside the network.
 PORTAL_WEBHOOK_ALLOW_PRIVATE = _s["webhook_allow_private"]
+
+# --- Webhook outbox (webhooks/outbox.py) ---
+# A failed attempt is retried after PORTAL_WEBHOOK_RETRY_SECONDS x 4^(n-1), at most ..._MAX_SECONDS, +-20 %;
+# after PORTAL_WEBHOOK_MAX_ATTEMPTS attempts the delivery is marked failed.
+PORTAL_WEBHOOK_MAX_ATTEMPTS = _s["webhook_max_attempts"]
+PORTAL_WEBHOOK_RETRY_SECONDS = _s["webhook_retry_seconds"]
+PORTAL_WEBHOOK_RETRY_MAX_SECONDS = _s["webhook_retry_max_seconds"]
 # /metrics (config/metrics/): a Bearer token, and networks that may scrape without one.
 PORTAL_METRICS_TOKEN = _s["metrics_token"]
 PORTAL_METRICS_ALLOW = _s["metrics_allow"]
@@ -262,8 +279,15 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-model-servers": {"task": "serving.tasks.reconcile_servers", "schedule": 3.0},
     # Image builds: launch queued Kaniko Jobs, follow running ones, add finished images to the catalogue.
     "reconcile-image-builds": {"task": "images.tasks.reconcile_builds", "schedule": 10.0},
-    # Webhook deliveries whose retry task was lost are sent again; old delivery log entries are dropped.
-    "reconcile-webhook-deliveries": {"task": "webhooks.tasks.reconcile_deliveries", "schedule": 60.0},
+    # Webhook deliveries that are due (retries, first attempts whose task was lost) are claimed and sent; a run
+    # a busy worker has not started by the next one is dropped (expires).
+    "send-webhook-deliveries": {
+        "task": "webhooks.tasks.send_due_deliveries",
+        "schedule": float(_s["webhook_poll_seconds"]),
+        "options": {"expires": float(_s["webhook_poll_seconds"])},
+    },
+    # Delivery log entries older than 30 days that are over are dropped.
+    "prune-webhook-deliveries": {"task": "webhooks.tasks.prune_deliveries", "schedule": 3600.0},
     # Kubernetes objects of jobs the portal no longer knows (a deleted job, a replaced run) are deleted.
     "collect-job-garbage": {"task": "jobs.tasks.collect_garbage", "schedule": 600.0},
     # Finished jobs' files past PORTAL_JOB_RETENTION_DAYS, and job environments unused for PORTAL_JOB_ENV_UNUSED_DAYS.

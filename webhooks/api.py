@@ -87,6 +87,7 @@ class DeliveryOutputSerializer(serializers.ModelSerializer):
             "error",
             "created_at",
             "next_attempt_at",
+            "last_attempt_at",
             "delivered_at",
             "payload",
             "redeliver_url",

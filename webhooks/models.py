@@ -28,6 +28,12 @@ class Webhook(models.Model):
 
 
 class Delivery(models.Model):
+    """One event for one webhook, and its row in the outbox while it is pending (webhooks/outbox.py).
+
+    A pending delivery is due when ``next_attempt_at`` has passed and no attempt holds it (``claimed_until``
+    empty or passed): whichever worker claims it first makes the next attempt; nothing waits in a worker.
+    """
+
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
         DELIVERED = "delivered", "Delivered"
@@ -43,8 +49,12 @@ class Delivery(models.Model):
     response_excerpt = models.TextField(blank=True)  # its first KB
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # When the next attempt is due; while an attempt runs, until when it may take (see services.delivery_attempt).
+    # When the next attempt is due (empty once delivered or failed).
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # While an attempt runs: until when its worker holds the delivery; past that, it lost its worker and the
+    # delivery is due again (outbox.ATTEMPT_LEASE).
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)  # when the last attempt started
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -4,19 +4,15 @@
   read them and their delivery log, never the secret, which is shown once on creation and on rotation.
 - URLs are http(s), without credentials, and (unless settings.PORTAL_WEBHOOK_ALLOW_PRIVATE) never to a
   loopback, private or link-local address: checked on saving and again at each delivery (outbound.py).
-- ``event_emit`` writes one Delivery per matching active webhook inside the caller's transaction and sends
-  the delivery task once it commits, so a change that is rolled back emits nothing.
-- ``delivery_attempt`` claims an attempt with a conditional update on the attempt counter (two tasks for
-  one attempt, e.g. a retry and the reconcile's resend, cannot both send; no lock is held across the
-  POST), signs (Standard Webhooks headers, and the deprecated X-Portal ones: signing.py) and posts, and tells
-  the task when to retry: BACKOFF_SECONDS, failed after MAX_ATTEMPTS.
+- ``event_emit`` writes one Delivery per matching active webhook inside the caller's transaction: the row is
+  the delivery's place in the outbox (outbox.py), which beat's task sends from, retries included; once the
+  transaction commits a task also makes the first attempt at once. A change rolled back emits nothing.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -29,8 +25,8 @@ from accounts.models import Department
 from core.errors import Conflict, InvalidInput
 from webhooks import outbound, signing, tasks
 from webhooks.models import Delivery, Webhook
+from webhooks.outbox import PING
 
-PING = "ping"
 EVENTS = (
     "job.succeeded",
     "job.failed",
@@ -39,14 +35,6 @@ EVENTS = (
     "model.alias_moved",
     "deployment.rolled_back",
 )
-MAX_ATTEMPTS = 8
-BACKOFF_SECONDS = (10, 30, 120, 600, 3600, 3 * 3600, 6 * 3600)  # wait after failed attempt 1, 2, ... 7
-TIMEOUT_SECONDS = 10
-# An attempt takes at most TIMEOUT_SECONDS; one still claimed after this lost its worker and is resent.
-ATTEMPT_LEASE = timedelta(seconds=60)
-# A retry whose task is this late is taken for lost (deliveries_reconcile).
-RECONCILE_GRACE = timedelta(seconds=60)
-DELIVERY_LOG_DAYS = 30
 MAX_WEBHOOKS_PER_DEPARTMENT = 50
 
 
@@ -257,79 +245,16 @@ def _deliveries_create(*, webhooks: list[Webhook], event: str, payload: dict) ->
         for webhook in webhooks
     ]
     for delivery in deliveries:
-        _send_after_commit(delivery.pk, attempt=1)
+        _send_after_commit(delivery.pk)
     return deliveries
 
 
-def _send_after_commit(delivery_id: int, *, attempt: int) -> None:
-    transaction.on_commit(lambda: tasks.deliver.delay(delivery_id, attempt))
+def _send_after_commit(delivery_id: int) -> None:
+    # The first attempt at once; should this task be lost, the row is due and beat's next run sends it.
+    transaction.on_commit(lambda: tasks.deliver.delay(delivery_id))
 
 
 # --- Delivering -----------------------------------------------------------------------------
-
-
-def delivery_body(delivery: Delivery) -> bytes:
-    """The exact bytes sent (and signed): compact JSON with sorted keys, the same on every attempt."""
-    return json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
-
-
-def delivery_attempt(*, delivery_id: int, attempt: int = 1) -> int | None:
-    """Make attempt number ``attempt`` of the delivery, unless it was made already or the delivery is over.
-
-    Returns the seconds to wait before attempt ``attempt + 1`` when one is due, else None.
-    """
-    started = timezone.now()
-    claimed = Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.PENDING, attempts=attempt - 1).update(
-        attempts=attempt, next_attempt_at=started + ATTEMPT_LEASE
-    )
-    if not claimed:
-        return None
-    delivery = Delivery.objects.select_related("webhook").get(pk=delivery_id)
-    webhook = delivery.webhook
-    code, excerpt, error, give_up = None, "", "", False
-    if not webhook.active and delivery.event != PING:
-        error, give_up = "The webhook is deactivated; nothing was sent.", True
-    else:
-        body = delivery_body(delivery)
-        timestamp = int(started.timestamp())
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "GPU-Portal-Webhooks/1",
-            # webhook-id is the event id: the same on every retry and redelivery, for receivers to dedupe.
-            **signing.delivery_headers(
-                secret=webhook.secret,
-                event=delivery.event,
-                message_id=str(delivery.event_id),
-                timestamp=timestamp,
-                body=body,
-            ),
-        }
-        try:
-            answer = outbound.post(
-                webhook.url,
-                body=body,
-                headers=headers,
-                timeout=TIMEOUT_SECONDS,
-                allow_private=settings.PORTAL_WEBHOOK_ALLOW_PRIVATE,
-            )
-        except outbound.OutboundError as exc:
-            error = str(exc)
-        else:
-            code, excerpt = answer.status, answer.excerpt
-            if not 200 <= code < 300:
-                error = f"The receiver answered HTTP {code}; any 2xx status counts as delivered."
-    finished = timezone.now()
-    fields = {"response_code": code, "response_excerpt": excerpt, "error": error, "next_attempt_at": None}
-    retry_in = None
-    if not error:
-        fields.update(status=Delivery.Status.DELIVERED, delivered_at=finished)
-    elif give_up or attempt >= MAX_ATTEMPTS:
-        fields.update(status=Delivery.Status.FAILED)
-    else:
-        retry_in = BACKOFF_SECONDS[attempt - 1]
-        fields.update(next_attempt_at=finished + timedelta(seconds=retry_in))
-    Delivery.objects.filter(pk=delivery_id).update(**fields)
-    return retry_in
 
 
 def delivery_redeliver(*, actor, delivery: Delivery) -> Delivery:
@@ -350,20 +275,3 @@ def delivery_redeliver(*, actor, delivery: Delivery) -> Delivery:
             data={"delivery": delivery.pk, "event_id": str(delivery.event_id)},
         )
     return again
-
-
-def deliveries_reconcile(*, now: datetime | None = None) -> int:
-    """Resend deliveries whose next attempt is overdue (their task was lost); drop log entries older than
-    DELIVERY_LOG_DAYS that are over. Returns how many were resent."""
-    now = now or timezone.now()
-    overdue = list(
-        Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now - RECONCILE_GRACE)
-        .order_by("next_attempt_at")
-        .values_list("pk", "attempts")[:500]
-    )
-    for delivery_id, attempts in overdue:
-        tasks.deliver.delay(delivery_id, attempts + 1)
-    Delivery.objects.exclude(status=Delivery.Status.PENDING).filter(
-        created_at__lt=now - timedelta(days=DELIVERY_LOG_DAYS)
-    ).delete()
-    return len(overdue)

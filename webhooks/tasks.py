@@ -1,18 +1,25 @@
-"""Celery tasks for webhooks: each takes ids and calls one service."""
+"""Celery tasks for webhooks: each takes ids and calls the outbox (outbox.py). None waits with a countdown:
+a retry is a row whose next_attempt_at beat's ``send_due_deliveries`` reaches."""
 
 from celery import shared_task
 
-from webhooks import services
+from webhooks import outbox
 
 
-@shared_task(bind=True)
-def deliver(self, delivery_id: int, attempt: int = 1) -> None:
-    """Attempt ``attempt`` of a delivery; a failed one asks Celery for the next attempt after the backoff."""
-    retry_in = services.delivery_attempt(delivery_id=delivery_id, attempt=attempt)
-    if retry_in is not None:
-        raise self.retry(args=[delivery_id, attempt + 1], countdown=retry_in, max_retries=services.MAX_ATTEMPTS)
+# A kick that waited this long in the broker is dropped: by then beat has sent the delivery.
+@shared_task(expires=300)
+def deliver(delivery_id: int, attempt: int | None = None) -> None:
+    """The first attempt of a new delivery, at once. (``attempt`` is ignored: messages queued before the outbox
+    carried it.)"""
+    outbox.delivery_send(delivery_id=delivery_id)
 
 
-@shared_task(expires=60)
-def reconcile_deliveries() -> None:
-    services.deliveries_reconcile()
+@shared_task
+def send_due_deliveries() -> None:
+    """Beat, every PORTAL_WEBHOOK_POLL_SECONDS: claim and send the deliveries that are due."""
+    outbox.deliveries_send_due()
+
+
+@shared_task(expires=600)
+def prune_deliveries() -> None:
+    outbox.deliveries_prune()

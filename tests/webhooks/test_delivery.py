@@ -1,17 +1,19 @@
 """Delivering events: POSTs signed by Standard Webhooks (and the deprecated X-Portal headers) to a real
-receiver, retries with backoff through Celery, giving up, one attempt at a time, the reconcile of lost tasks,
-redelivery, secrets old and new, and the SSRF guard."""
+receiver, retries with backoff from the outbox, giving up, one attempt at a time, a first attempt whose task was
+lost, redelivery, secrets old and new, and the SSRF guard. (Restarts and concurrent claimers: test_outbox.py.)"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
+import random
 import re
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from standardwebhooks import Webhook as StandardWebhook
@@ -20,7 +22,7 @@ from standardwebhooks import WebhookVerificationError
 from accounts.models import AuditEvent, Department
 from core.errors import Conflict, InvalidInput
 from tests.webhooks.conftest import Sent, run_task, webhook_for
-from webhooks import services, signing
+from webhooks import outbox, services, signing
 from webhooks.models import Delivery, Webhook
 
 # The test vector of the Standard Webhooks specification's libraries (secret, id, timestamp, body, signature).
@@ -47,7 +49,7 @@ def test_a_delivery_is_a_signed_json_post_that_a_receiver_can_verify(
     webhook = webhook_for(receiver, hooks)
     with django_capture_on_commit_callbacks(execute=True):
         (delivery,) = emit(data={"id": 7, "name": "digits"})
-    assert [(s.task, s.args) for s in broker.webhook_tasks()] == [("webhooks.tasks.deliver", [delivery.pk, 1])]
+    assert [(s.task, s.args) for s in broker.webhook_tasks()] == [("webhooks.tasks.deliver", [delivery.pk])]
     broker.run_all()
     (request,) = receiver.requests
     assert request.signature_ok, request.refusal
@@ -146,7 +148,7 @@ def test_a_secret_made_before_keeps_signing_both_ways_and_converts_as_documented
     assert signing.standard_secret(LEGACY_SECRET) == converted
     receiver.secret, receiver.legacy_secret = converted, LEGACY_SECRET
     (delivery,) = emit()
-    run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
+    run_task(Sent("webhooks.tasks.deliver", [delivery.pk], None))
     (request,) = receiver.requests
     assert request.legacy_signature_ok  # the receiver that checks X-Portal-Signature notices nothing
     assert request.signature_ok, request.refusal
@@ -155,41 +157,77 @@ def test_a_secret_made_before_keeps_signing_both_ways_and_converts_as_documented
         StandardWebhook(LEGACY_SECRET).verify(request.body, request.headers)
 
 
-def test_a_failing_receiver_gets_the_event_again_after_the_backoff_with_the_same_id(
-    hooks, receiver, broker, django_capture_on_commit_callbacks
-):
+def waits(delivery: Delivery) -> list[float]:
+    """Each attempt's start, as the outbox recorded it, minus the previous one's: the backoff actually used."""
+    starts: list[datetime] = []
+    for _ in range(20):
+        delivery.refresh_from_db()
+        if delivery.status != "pending":
+            break
+        assert delivery.next_attempt_at is not None
+        due = delivery.next_attempt_at
+        starts.append(due)
+        # Not a moment early: beat's task a second before the due time sends nothing.
+        assert outbox.deliveries_send_due(now=due - timedelta(seconds=1)) == 0
+        assert outbox.deliveries_send_due(now=due) == 1
+    return [(later - earlier).total_seconds() for earlier, later in zip(starts, starts[1:], strict=False)]
+
+
+def test_a_failing_receiver_gets_the_event_again_after_the_backoff_with_the_same_id(hooks, receiver, broker):
     webhook_for(receiver, hooks)
     receiver.answers = [500, 500, 200]
-    with django_capture_on_commit_callbacks(execute=True):
-        (delivery,) = emit()
-    runs = broker.run_all()
-    # What Celery was asked: attempt 1 at once, attempt 2 after 10 s, attempt 3 after 30 s.
-    assert [(s.args, s.countdown) for s in runs] == [
-        ([delivery.pk, 1], None),
-        ([delivery.pk, 2], 10),
-        ([delivery.pk, 3], 30),
-    ]
+    (delivery,) = emit()
+    # After failed attempt 1: 10 s, after 2: 40 s, each +-20 % (PORTAL_WEBHOOK_RETRY_SECONDS, x4 each time).
+    first, second = waits(delivery)
+    assert 8 <= first <= 12 and 32 <= second <= 48
     assert len(receiver.requests) == 3
     assert {r.headers["webhook-id"] for r in receiver.requests} == {str(delivery.event_id)}
     assert {r.headers["x-portal-delivery"] for r in receiver.requests} == {str(delivery.event_id)}
     assert all(r.signature_ok and r.legacy_signature_ok for r in receiver.requests)
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.response_code, delivery.error) == ("delivered", 3, 200, "")
+    assert delivery.claimed_until is None and delivery.next_attempt_at is None
 
 
-def test_it_gives_up_after_eight_attempts_and_records_the_last_answer(
-    hooks, receiver, broker, django_capture_on_commit_callbacks
-):
+def test_it_gives_up_after_eight_attempts_and_records_the_last_answer(hooks, receiver, broker):
     webhook_for(receiver, hooks)
     receiver.answers = [503] * 20
-    with django_capture_on_commit_callbacks(execute=True):
-        (delivery,) = emit()
-    runs = broker.run_all()
-    assert [s.countdown for s in runs] == [None, 10, 30, 120, 600, 3600, 3 * 3600, 6 * 3600]
-    assert len(receiver.requests) == services.MAX_ATTEMPTS == 8
+    (delivery,) = emit()
+    waited = waits(delivery)
+    nominal = [10, 40, 160, 640, 2560, 10240, 21600]  # x4 each time, at most PORTAL_WEBHOOK_RETRY_MAX_SECONDS
+    assert len(waited) == len(nominal)
+    assert all(0.8 * n <= w <= 1.2 * n for w, n in zip(waited, nominal, strict=True)), waited
+    assert len(receiver.requests) == settings.PORTAL_WEBHOOK_MAX_ATTEMPTS == 8
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.response_code) == ("failed", 8, 503)
-    assert "HTTP 503" in delivery.error and delivery.next_attempt_at is None
+    assert delivery.error == (
+        "The receiver answered HTTP 503; any 2xx status counts as delivered. "
+        "Gave up after 8 attempts; redeliver it once the receiver is fixed."
+    )
+    assert delivery.next_attempt_at is None and delivery.claimed_until is None
+    assert outbox.deliveries_send_due(now=timezone.now() + timedelta(days=30)) == 0  # nothing more, ever
+
+
+def test_the_attempts_and_the_backoff_come_from_the_settings(hooks, receiver, broker, settings):
+    settings.PORTAL_WEBHOOK_MAX_ATTEMPTS = 3
+    settings.PORTAL_WEBHOOK_RETRY_SECONDS = 2
+    settings.PORTAL_WEBHOOK_RETRY_MAX_SECONDS = 5
+    webhook_for(receiver, hooks)
+    receiver.answers = [500] * 5
+    (delivery,) = emit()
+    first, second = waits(delivery)
+    assert 1.6 <= first <= 2.4 and 4 <= second <= 6  # 2 s, then 8 s capped at 5 s
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts, len(receiver.requests)) == ("failed", 3, 3)
+    assert "Gave up after 3 attempts" in delivery.error
+
+
+def test_the_jitter_spreads_retries_of_deliveries_that_failed_together():
+    rng = random.Random(7)
+    spread = [outbox.retry_wait(3, first=10, longest=21600, rng=rng) for _ in range(200)]
+    assert 128 <= min(spread) < 136 and 184 < max(spread) <= 192  # 160 s +- 20 %
+    assert len({round(wait) for wait in spread}) > 40
+    assert outbox.retry_wait(30, first=10, longest=21600, rng=rng) <= 1.2 * 21600
 
 
 def test_a_pending_delivery_shows_when_it_is_tried_next(hooks, receiver, broker):
@@ -197,43 +235,42 @@ def test_a_pending_delivery_shows_when_it_is_tried_next(hooks, receiver, broker)
     receiver.answers = [500]
     (delivery,) = emit()
     before = timezone.now()
-    run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
+    run_task(Sent("webhooks.tasks.deliver", [delivery.pk], None))
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.response_code) == ("pending", 1, 500)
-    assert timedelta(seconds=9) < delivery.next_attempt_at - before < timedelta(seconds=12)
+    assert timedelta(seconds=7) < delivery.next_attempt_at - before < timedelta(seconds=13)
+    assert before <= delivery.last_attempt_at <= timezone.now() and delivery.claimed_until is None
     assert '"status": 500' in delivery.response_excerpt
 
 
 def test_an_attempt_is_made_once_however_many_tasks_ask_for_it(hooks, receiver, broker):
     webhook_for(receiver, hooks)
     (delivery,) = emit()
-    for _ in range(3):  # a task redelivered by the broker, and the reconcile's resend
-        run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
+    for _ in range(3):  # a task redelivered by the broker, and beat's task running beside it
+        run_task(Sent("webhooks.tasks.deliver", [delivery.pk], None))
+        outbox.deliveries_send_due()
     assert len(receiver.requests) == 1
-    assert services.delivery_attempt(delivery_id=delivery.pk, attempt=2) is None  # delivered: nothing more
+    assert not outbox.delivery_send(delivery_id=delivery.pk, now=timezone.now() + timedelta(days=1))  # delivered
     assert len(receiver.requests) == 1
 
 
-def test_the_reconcile_resends_deliveries_whose_task_was_lost(hooks, receiver, broker):
+def test_a_delivery_whose_first_task_was_lost_is_sent_by_beat(hooks, receiver, broker):
     webhook_for(receiver, hooks)
-    (lost,) = emit()
-    (fresh,) = emit()
-    now = timezone.now()
-    Delivery.objects.filter(pk=lost.pk).update(next_attempt_at=now - timedelta(minutes=5))
-    assert services.deliveries_reconcile(now=now) == 1
-    assert [s.args for s in broker.webhook_tasks()] == [[lost.pk, 1]]
-    broker.run_all()
+    (lost,) = emit()  # outside a transaction that commits: its task is never queued, as if the broker lost it
+    assert broker.webhook_tasks() == []
+    assert outbox.deliveries_send_due() == 1
     assert [r.json["id"] for r in receiver.requests] == [str(lost.event_id)]
-    assert Delivery.objects.get(pk=fresh.pk).status == "pending"
+    assert Delivery.objects.get(pk=lost.pk).status == "delivered"
 
 
-def test_the_reconcile_drops_old_finished_log_entries(hooks, receiver, broker):
+def test_old_finished_log_entries_are_pruned(hooks, receiver, broker):
     webhook_for(receiver, hooks)
-    old, recent = emit(), emit()
-    Delivery.objects.update(status="delivered")
-    Delivery.objects.filter(pk=old[0].pk).update(created_at=timezone.now() - timedelta(days=31))
-    services.deliveries_reconcile()
-    assert list(Delivery.objects.values_list("pk", flat=True)) == [recent[0].pk]
+    old, recent, waiting = emit(), emit(), emit()
+    Delivery.objects.exclude(pk=waiting[0].pk).update(status="delivered")
+    Delivery.objects.exclude(pk=recent[0].pk).update(created_at=timezone.now() - timedelta(days=31))
+    assert outbox.deliveries_prune() == 1  # the old one; a pending delivery stays, however old
+    assert not Delivery.objects.filter(pk=old[0].pk).exists()
+    assert sorted(Delivery.objects.values_list("pk", flat=True)) == sorted([recent[0].pk, waiting[0].pk])
 
 
 def test_a_rolled_back_transaction_emits_nothing(hooks, receiver, broker, django_capture_on_commit_callbacks):
@@ -261,7 +298,7 @@ def test_a_redelivery_is_a_new_delivery_of_the_same_event(hooks, receiver, broke
     (delivery,) = emit()
     with pytest.raises(Conflict):
         services.delivery_redeliver(actor=hooks.carol, delivery=delivery)  # still being attempted
-    broker.sent.append(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
+    broker.sent.append(Sent("webhooks.tasks.deliver", [delivery.pk], None))
     broker.run_all()
     delivery.refresh_from_db()
     assert delivery.status == "failed"
@@ -326,12 +363,12 @@ def test_the_guard_runs_again_at_delivery_time(hooks, receiver, broker, settings
     webhook_for(receiver, hooks)  # saved while private addresses were allowed
     settings.PORTAL_WEBHOOK_ALLOW_PRIVATE = False
     (delivery,) = emit()
-    run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
+    run_task(Sent("webhooks.tasks.deliver", [delivery.pk], None))
     assert receiver.requests == []
     delivery.refresh_from_db()
     assert delivery.status == "pending" and delivery.response_code is None
     assert "Not sent: 127.0.0.1 resolves to 127.0.0.1 is a loopback address" in delivery.error
-    assert [(s.args, s.countdown) for s in broker.webhook_tasks()] == [([delivery.pk, 2], 10)]
+    assert delivery.next_attempt_at > timezone.now() and broker.webhook_tasks() == []  # the retry waits in the outbox
 
 
 @pytest.mark.parametrize(
@@ -361,7 +398,7 @@ def test_a_url_by_name_is_sent_to_an_address_it_resolves_to_with_the_name_as_hos
     port = receiver.server.server_port
     services.webhook_update(actor=hooks.carol, webhook=webhook, values={"url": f"http://localhost:{port}/by-name"})
     (delivery,) = emit()
-    run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
+    run_task(Sent("webhooks.tasks.deliver", [delivery.pk], None))
     (request,) = receiver.requests
     assert request.path == "/by-name" and request.headers["host"] == f"localhost:{port}" and request.signature_ok
 
@@ -370,9 +407,9 @@ def test_a_receiver_that_is_down_is_retried_with_the_reason_logged(hooks, receiv
     webhook = webhook_for(receiver, hooks)
     receiver.close()  # nothing listens on its port any more
     (delivery,) = emit()
-    run_task(Sent("webhooks.tasks.deliver", [delivery.pk, 1], None))
+    run_task(Sent("webhooks.tasks.deliver", [delivery.pk], None))
     delivery.refresh_from_db()
     assert delivery.status == "pending" and delivery.response_code is None
     assert delivery.error.startswith("Could not connect to 127.0.0.1")
-    assert [s.countdown for s in broker.webhook_tasks()] == [10]
+    assert delivery.next_attempt_at > timezone.now() and delivery.attempts == 1
     assert webhook.deliveries.count() == 1
