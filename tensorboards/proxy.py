@@ -1,8 +1,13 @@
 """The portal's authenticated reverse proxy to TensorBoards (API.md "TensorBoard").
 
 /tensorboard/<job_id>/... serves the job's board, /tensorboard/compare/<board_id>/... a comparison.
-Only signed-in users who may see every job of the board get through; everyone else gets 404, so a
-board's existence is never revealed. Path tricks (dot segments, encoded slashes, backslashes, NUL,
+The caller is the user of the API token in `Authorization: Token <key>` (the REST API's header and rules:
+ApiTokenAuthentication; a malformed, unknown, revoked or expired token is 401, never a fall-back to the
+session), else the signed-in user of the session. Tokens in the query string are not read (URLs end up in
+logs and histories). Only users who may see every job of the board get through; everyone else gets 404, so a
+board's existence is never revealed. POSTs authenticated by the session cookie must come from the portal's
+own origin (TensorBoard's UI cannot send Django's CSRF token); token-authenticated ones are not
+cookie-authenticated, so no other site can make a browser send them. Path tricks (dot segments, encoded slashes, backslashes, NUL,
 absolute URLs) get 400. A board that is not running is started (503 with Retry-After meanwhile).
 Nothing is forwarded to a board whose port is served by another process than the one the portal started
 (boards.board_verify, looked at on every request and fully every few seconds): 503, and it starts again.
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -22,7 +28,9 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpResponse, HttpResponseNotAllowed, StreamingHttpResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
+from rest_framework.exceptions import AuthenticationFailed
 
+from accounts.authentication import ApiTokenAuthentication
 from core.errors import Conflict
 from tensorboards import services as boards
 from tensorboards.models import TensorBoard
@@ -53,7 +61,13 @@ HOP_BY_HOP = {
 }
 # Set by the portal itself, or not TensorBoard's to set on the portal's origin.
 NOT_FORWARDED = HOP_BY_HOP | {"set-cookie", "server", "date", "x-frame-options"}
+# Added to TensorBoard's own Content-Security-Policy (its scripts by hash, its inline styles), which lets anyone
+# frame it: only the portal's pages may, and <base> and form posts stay on the portal.
+TENSORBOARD_CSP_EXTRA = "frame-ancestors 'self'; base-uri 'self'; form-action 'self'"
 _BAD_ENCODINGS = ("%2f", "%5c", "%00", "%2e")
+_TOKEN_AUTH = ApiTokenAuthentication()
+# Query parameters someone might put a token in; named in the 401 so that they move it to the header.
+_TOKEN_PARAMETERS = ("token", "access_token", "api_token", "auth_token", "key")
 
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
 
@@ -102,12 +116,22 @@ async def _proxy(request, rest: str, *, job_id: int | None = None, board_id: int
     problem = _path_problem(request, rest)
     if problem:
         return _text(400, problem)
-    user = await request.auser()
+    caller = await _caller(request)
+    if isinstance(caller, HttpResponse):
+        return caller
+    user, by_token = caller
     if not user.is_authenticated:
         if request.method == "GET" and "text/html" in request.headers.get("Accept", ""):
             return redirect_to_login(request.get_full_path())
-        return _text(401, "Sign in to the portal to open TensorBoard.")
-    if request.method == "POST" and _foreign_origin(request):
+        if any(name in request.GET for name in _TOKEN_PARAMETERS):
+            return _unauthorized(
+                "API tokens are not read from the URL (URLs end up in logs and histories): "
+                "send the token as the header Authorization: Token <key>."
+            )
+        return _unauthorized(
+            "Sign in to the portal to open TensorBoard, or send an API token as the header Authorization: Token <key>."
+        )
+    if request.method == "POST" and not by_token and _foreign_origin(request):
         return _text(403, "Cross-origin requests to TensorBoard are not allowed.")
     try:
         board = await sync_to_async(boards.board_open)(user=user, job_id=job_id, board_id=board_id)
@@ -140,6 +164,8 @@ async def _proxy(request, rest: str, *, job_id: int | None = None, board_id: int
         if name.lower() not in NOT_FORWARDED:
             response.headers[name] = value
     response.headers["X-Frame-Options"] = "SAMEORIGIN"  # the job page embeds the board in an iframe
+    if policy := response.headers.get("Content-Security-Policy"):  # the portal's own (frontend.csp) otherwise
+        response.headers["Content-Security-Policy"] = f"{policy}; {TENSORBOARD_CSP_EXTRA}"
     return response
 
 
@@ -149,6 +175,31 @@ async def _stream(upstream: httpx.Response):
             yield chunk
     finally:
         await upstream.aclose()
+
+
+async def _caller(request) -> tuple[Any, bool] | HttpResponse:
+    """(user, whether an API token vouches for them), or the 401 for a token that does not work.
+
+    Authorization: Token <key> is the REST API's header, parsed by the same class; another scheme (e.g. Basic
+    from a proxy in front of the portal) is left to the session, as the REST API does.
+    """
+    if request.headers.get("Authorization"):
+        try:
+            found = await sync_to_async(_TOKEN_AUTH.authenticate)(request)
+        except AuthenticationFailed as exc:
+            return _unauthorized(
+                f"{exc.detail} Send a working token as Authorization: Token <key> (create one at /tokens/ on the "
+                "portal), or sign in to the portal."
+            )
+        if found is not None:
+            return found[0], True
+    return await request.auser(), False
+
+
+def _unauthorized(message: str) -> HttpResponse:
+    response = _text(401, message)
+    response.headers["WWW-Authenticate"] = "Token"
+    return response
 
 
 def _path_problem(request, rest: str) -> str:
