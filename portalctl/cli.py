@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     login = command("login", cmd_login, "get a token with your password and store url + token in the config file")
     login.add_argument("--username", required=True)
     login.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    login.add_argument(
+        "--expires-in-days",
+        type=int,
+        metavar="DAYS",
+        help="the new token stops working after DAYS days (default: the longest the portal allows)",
+    )
     login.set_defaults(need_token=False)
 
     command("whoami", cmd_whoami, "who the token belongs to, and your departments")
@@ -93,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--idempotency-key", help="a retry with the same key returns the first job")
     submit.add_argument("--command", help="the command as one shell line (instead of the words after --)")
     submit.add_argument("--follow", "-f", action="store_true", help="then stream worker 0's log until the job ends")
+    _raw(submit)
     submit.add_argument("command_words", nargs="*", metavar="-- COMMAND", help="what to run, after --")
 
     listing = command("list", jobs.cmd_list, "jobs, newest first")
@@ -113,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     logs.add_argument("--worker", type=int, default=0, help="worker rank (default 0)")
     logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+    _raw(logs)
 
     cancel = command("cancel", jobs.cmd_cancel, "cancel a job")
     cancel.add_argument("job_id", type=int, metavar="ID")
@@ -198,6 +206,15 @@ def _limit(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _raw(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="write the log's bytes as the job wrote them, escape sequences included "
+        "(default: control characters shown as \\x1b, \\x07, ...; a carriage return ends the line)",
+    )
+
+
 def number(text: str) -> int | float:
     value = float(text)
     return int(value) if value.is_integer() else value
@@ -208,13 +225,16 @@ def cmd_login(ctx: Context, args) -> int:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = getpass.getpass(f"Password for {args.username} at {ctx.client.url}: ")
-    token = ctx.client.post("/api/v1/auth/token/", {"username": args.username, "password": password})["token"]
+    body = {"username": args.username, "password": password}
+    if args.expires_in_days is not None:
+        body["expires_in_days"] = args.expires_in_days
+    token = ctx.client.post("/api/v1/auth/token/", body)["token"]
     path = config.write_file(ctx.client.url, token)
     me = Client(ctx.client.url, token, timeout=ctx.client.timeout).get("/api/v1/me/")
     if ctx.output == "json":
         output.print_json({"url": ctx.client.url, "username": me["username"], "config": str(path)})
     else:
-        print(f"Logged in to {ctx.client.url} as {me['username']}; url and token stored in {path}")
+        output.say(f"Logged in to {ctx.client.url} as {me['username']}; url and token stored in {path}")
     if os.environ.get("PORTAL_TOKEN") or os.environ.get("PORTAL_URL"):
         print("portalctl: note: PORTAL_URL / PORTAL_TOKEN are set and win over the config file", file=sys.stderr)
     return OK
@@ -225,7 +245,7 @@ def cmd_whoami(ctx: Context, args) -> int:
     if ctx.output == "json":
         output.print_json(me)
         return OK
-    print(me["username"] + (" (platform admin)" if me["is_platform_admin"] else "") + f" at {ctx.client.url}")
+    output.say(me["username"] + (" (platform admin)" if me["is_platform_admin"] else "") + f" at {ctx.client.url}")
     output.table(
         me["departments"],
         [("DEPARTMENT", lambda d: d["slug"]), ("NAME", lambda d: d["name"]), ("ROLE", lambda d: d["role"])],
@@ -235,6 +255,9 @@ def cmd_whoami(ctx: Context, args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a name the terminal's encoding lacks is shown escaped, not a crash
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = parse_args(argv)
     client = None
     try:
@@ -242,12 +265,12 @@ def main(argv: list[str] | None = None) -> int:
         client = Client(settings.url, settings.token, timeout=args.timeout)
         return args.func(Context(client, args.output), args)
     except (UsageError, config.ConfigError) as exc:
-        print(f"portalctl: error: {exc}", file=sys.stderr)
+        output.say(f"portalctl: error: {exc}", file=sys.stderr)
         return USAGE
     except ApiError as exc:
-        print(f"portalctl: error: {exc.message}", file=sys.stderr)
+        output.say(f"portalctl: error: {exc.message}", file=sys.stderr)
         for line in output.error_lines(exc.errors) if exc.errors else []:
-            print(f"  {line}", file=sys.stderr)
+            output.say(f"  {line}", file=sys.stderr)
         if exc.exit_code == AUTH and exc.status == 401:
             print("  (check the token: --token, PORTAL_TOKEN, or `portalctl login`)", file=sys.stderr)
         return exc.exit_code

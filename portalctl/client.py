@@ -70,6 +70,13 @@ class Client:
             return response.json()
         return response.text
 
+    def get_bytes(self, path: str, params: dict | None = None) -> bytes:
+        """The body of a 2xx answer as the portal sent it (a job's log: its bytes, not a decoding of them)."""
+        with self._errors():
+            response = self._http.get(path, params=_clean(params))
+        _raise_for(response)
+        return response.content
+
     @contextmanager
     def stream(self, path: str, params: dict | None = None) -> Iterator[Iterator[bytes]]:
         """A text stream that may last as long as a job: no read timeout, only the connect timeout."""

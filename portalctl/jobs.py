@@ -54,10 +54,10 @@ def cmd_submit(ctx: Context, args) -> int:
         output.print_json(job)
         return OK
     # While following, stdout is the job's log alone; what portalctl says goes to stderr.
-    say = sys.stderr if args.follow else sys.stdout
-    print(f"job {job['id']} {job['name']} submitted: {describe_status(job)}", file=say)
+    where = sys.stderr if args.follow else sys.stdout
+    output.say(f"job {job['id']} {job['name']} submitted: {describe_status(job)}", file=where)
     if args.follow:
-        return follow(ctx, job["id"], worker=0, tail=None)
+        return follow(ctx, job["id"], worker=0, tail=None, raw=args.raw)
     return OK
 
 
@@ -182,19 +182,20 @@ def cmd_get(ctx: Context, args) -> int:
 
 def cmd_logs(ctx: Context, args) -> int:
     if args.follow:
-        return follow(ctx, args.job_id, worker=args.worker, tail=args.tail)
-    text = ctx.client.get(f"/api/v1/jobs/{args.job_id}/logs/", {"worker": args.worker, "tail": args.tail})
-    sys.stdout.write(text)
+        return follow(ctx, args.job_id, worker=args.worker, tail=args.tail, raw=args.raw)
+    log = ctx.client.get_bytes(f"/api/v1/jobs/{args.job_id}/logs/", {"worker": args.worker, "tail": args.tail})
+    output.write_log([log], raw=args.raw)
     return OK
 
 
-def follow(ctx: Context, job_id: int, *, worker: int, tail: int | None) -> int:
-    """Stream the log until the job ends; 0 if it succeeded, 6 if it failed or was cancelled."""
+def follow(ctx: Context, job_id: int, *, worker: int, tail: int | None, raw: bool = False) -> int:
+    """Stream the log until the job ends; 0 if it succeeded, 6 if it failed or was cancelled.
+
+    The job's control characters are shown, not obeyed (output.visible), unless ``raw``.
+    """
     params = {"worker": worker, "tail": tail, "follow": 1}
     with ctx.client.stream(f"/api/v1/jobs/{job_id}/logs/", params) as chunks:
-        for chunk in chunks:
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
+        output.write_log(chunks, raw=raw)
     job = ctx.client.get(f"/api/v1/jobs/{job_id}/")
     if job["status"] not in FINAL:
         print(f"portalctl: the log stream ended before job {job_id} did ({job['status']})", file=sys.stderr)
@@ -204,7 +205,7 @@ def follow(ctx: Context, job_id: int, *, worker: int, tail: int | None) -> int:
         ending += f" (exit code {job['exit_code']})"
     if job["status"] != "succeeded" and job.get("status_message"):
         ending += f": {job['status_message']}"
-    print(ending, file=sys.stderr)
+    output.say(ending, file=sys.stderr)
     return OK if job["status"] == "succeeded" else JOB_FAILED
 
 
@@ -213,7 +214,7 @@ def cmd_cancel(ctx: Context, args) -> int:
     if ctx.output == "json":
         output.print_json(job)
     else:
-        print(f"job {job['id']} {job['name']}: {describe_status(job)}")
+        output.say(f"job {job['id']} {job['name']}: {describe_status(job)}")
     return OK
 
 

@@ -65,7 +65,7 @@ def cmd_models_create(ctx: Context, args) -> int:
     if ctx.output == "json":
         output.print_json(model)
     else:
-        print(f"model {model['name']} created in {model['department']}")
+        output.say(f"model {model['name']} created in {model['department']}")
     return OK
 
 
@@ -89,15 +89,15 @@ def cmd_models_register(ctx: Context, args) -> int:
     if ctx.output == "json":
         output.print_json(version)
     elif version.get("status") == "failed":
-        print(
+        output.say(
             f"portalctl: model {version['model']} version {version['version']} failed to register: "
             f"{version.get('status_message', '')}",
             file=sys.stderr,
         )
     elif version.get("status") == "registering":
-        print(f"model {version['model']} version {version['version']} registering ({version['artifact_uri']})")
+        output.say(f"model {version['model']} version {version['version']} registering ({version['artifact_uri']})")
     else:
-        print(f"model {version['model']} version {version['version']} registered ({version['artifact_uri']})")
+        output.say(f"model {version['model']} version {version['version']} registered ({version['artifact_uri']})")
     return REFUSED if version.get("status") == "failed" else OK
 
 
@@ -177,7 +177,7 @@ def show_deployment(ctx: Context, deployment: dict, what: str) -> int:
     if ctx.output == "json":
         output.print_json(deployment)
         return OK
-    print(f"deployment {deployment['name']} {what}: revision {deployment['revision']}, {deployment['status']}")
+    output.say(f"deployment {deployment['name']} {what}: revision {deployment['revision']}, {deployment['status']}")
     output.table(
         deployment["variants"],
         [
