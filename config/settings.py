@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from core.db_pool import PoolSizes as _PoolSizes
 from core.env import Env, EnvError
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -40,6 +41,16 @@ def _settings_from_env():
             "DATABASE_URL", f"sqlite:///{data_root / 'portal.sqlite3'}", schemes=("sqlite", "postgres", "postgresql")
         ),
         "redis_url": env.url("REDIS_URL", None, schemes=("redis", "rediss", "unix")),
+        # PostgreSQL connection pool of each process (core/db_pool.py): the most connections; 0: no pool.
+        "db_pool_max": env.int("PORTAL_DB_POOL_MAX", 8, minimum=0, maximum=1000),
+        # Connections each process keeps open while idle.
+        "db_pool_min": env.int("PORTAL_DB_POOL_MIN", 1, minimum=0, maximum=1000),
+        # Seconds a request waits for a free connection before its 503 (a Celery task retries).
+        "db_pool_timeout": env.int("PORTAL_DB_POOL_TIMEOUT", 30, minimum=1, maximum=600),
+        # Processes holding a pool (make run: web, worker + its 2 children, beat, watcher), for the budget check.
+        "db_processes": env.int("PORTAL_DB_PROCESSES", 6, minimum=1, maximum=100000),
+        # Connections of max_connections left to all else (migrations, manage.py, psql, backups, monitoring).
+        "db_headroom": env.int("PORTAL_DB_HEADROOM", 10, minimum=0, maximum=100000),
         "port": env.int("PORT", 8000, minimum=1, maximum=65535),
         "throttle_anon": env.rate("PORTAL_THROTTLE_ANON", "60/minute"),
         "throttle_user": env.rate("PORTAL_THROTTLE_USER", "3000/minute"),
@@ -219,6 +230,33 @@ _default_db["ENGINE"] = {
     "django.db.backends.postgresql": "django_prometheus.db.backends.postgresql",
 }.get(_default_db["ENGINE"], _default_db["ENGINE"])
 DATABASES = {"default": _default_db}
+
+# --- Database connection pool (core/db_pool.py, core/db_busy.py, core/db_checks.py) ---
+# On PostgreSQL each process keeps a pool of at most PORTAL_DB_POOL_MAX connections (psycopg_pool through
+# Django's OPTIONS["pool"]; CONN_MAX_AGE stays 0, as pooling requires): a request waits up to
+# PORTAL_DB_POOL_TIMEOUT s for one, then gets 503 + Retry-After (core.db_busy.PoolBusyMiddleware). Budget:
+# PORTAL_DB_PROCESSES x PORTAL_DB_POOL_MAX + PORTAL_DB_HEADROOM <= max_connections - reserved, checked by
+# `manage.py migrate` / `manage.py check --database default` (core.db_checks). Nothing changes on SQLite.
+try:
+    _db_pool = _PoolSizes(
+        min_size=_s["db_pool_min"],
+        max_size=_s["db_pool_max"],
+        timeout=_s["db_pool_timeout"],
+        processes=_s["db_processes"],
+        headroom=_s["db_headroom"],
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(f"Invalid setting: {exc}") from exc
+PORTAL_DB_POOL = None  # the pool's arguments where there is one
+PORTAL_DB_PROCESSES = _db_pool.processes
+PORTAL_DB_HEADROOM = _db_pool.headroom
+if _default_db["ENGINE"].endswith("postgresql") and _db_pool.pooled:
+    PORTAL_DB_POOL = _db_pool.django_options()
+    _default_db.setdefault("OPTIONS", {})["pool"] = PORTAL_DB_POOL
+    # A pooled connection is checked before it is handed out: one PostgreSQL restart costs no request an error.
+    _default_db["CONN_HEALTH_CHECKS"] = True
+# Last, so that its process_exception is asked first and the 503 passes every process_response (metrics).
+MIDDLEWARE.append("core.db_busy.PoolBusyMiddleware")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache, Celery, Channels -------------------------------------------------

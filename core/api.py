@@ -48,6 +48,10 @@ def exception_handler(exc, context):
         return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, Conflict):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+    from core.db_busy import busy_api_response  # the database pool stayed busy: 503 + Retry-After, never 500
+
+    if (busy := busy_api_response(exc)) is not None:
+        return busy
     return drf_handler(exc, context)
 
 
