@@ -1,6 +1,6 @@
 """REST API under load: job submissions and job-list reads against a bare Django view on the same server.
 
-Starts the real portal (daphne, as `make run` does; no worker, so admitted jobs stay admitted and the rest
+Starts the real portal (uvicorn, as `make run` does; no worker, so admitted jobs stay admitted and the rest
 queue) on PostgreSQL, in a database of its own that it (re)creates, with the demo world plus N historical
 jobs spread over departments, users and final statuses. Then this process (not the server's) drives three
 endpoints in interleaved time slices, each at the same concurrency over keep-alive HTTP/1.1 connections:
@@ -37,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 from bench.common import emit, percentile
 from bench.job_start import Api, _free_port
 from bench.router import Connection
+from bench.web_server import uvicorn_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -82,11 +83,11 @@ def main(argv: list[str] | None = None) -> dict:
             loaded = _prepare(database_url, env, jobs=args.jobs)
             print(f"loaded {args.jobs} historical jobs in {loaded:.1f} s", file=sys.stderr)
             port = _free_port()
-            # -v 0: no access log line per request, as in production behind a proxy that keeps its own.
-            with open(data_root / "daphne.log", "wb") as logs:  # the child keeps its own copy of the descriptor
+            # No access log line per request, as in production behind a proxy that keeps its own.
+            with open(data_root / "web.log", "wb") as logs:  # the child keeps its own copy of the descriptor
                 processes.append(
                     subprocess.Popen(
-                        [str(BIN / "daphne"), "-v", "0", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+                        uvicorn_argv(port),
                         cwd=ROOT,
                         env=env,
                         stdout=logs,

@@ -1,6 +1,6 @@
 """How fast a job starts: submit-to-running and submit-to-first-log-line on the local executor.
 
-Starts the real portal (daphne, a Celery worker and beat, as `make run` does) on a
+Starts the real portal (uvicorn, a Celery worker and beat, as `make run` does) on a
 fresh data root with SQLite, warms the environment cache with one job, then
 submits N trivial jobs one after another through the REST API and times each, first
 with the demo's `local` cluster sandboxing its jobs (bubblewrap + slirp4netns, the
@@ -30,6 +30,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.common import emit, percentile
+from bench.web_server import uvicorn_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -58,7 +59,7 @@ def main() -> None:
         port = _free_port()
         logs = open(data_root / "processes.log", "wb")  # noqa: SIM115
         for argv in (
-            [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+            uvicorn_argv(port),
             [str(BIN / "celery"), "--app", "config", "worker", "--concurrency", "2", "--loglevel", "WARNING"],
             [str(BIN / "celery"), "--app", "config", "beat", "--loglevel", "WARNING"],
         ):

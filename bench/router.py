@@ -1,6 +1,6 @@
 """What the router adds: the same model server called directly and through /serve/<deployment>/predict.
 
-Starts the real portal (daphne, a Celery worker and beat, as `make run` does) on a fresh data root with
+Starts the real portal (uvicorn, a Celery worker and beat, as `make run` does) on a fresh data root with
 SQLite, trains a small scikit-learn model, registers it (copied into the artifact store) and deploys it;
 the portal starts the model server. Then the server is called directly (KServe V1) and through the
 router, interleaved in rounds of ROUND requests, each mode at the given concurrency over keep-alive
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from bench.common import emit, percentile
 from bench.job_start import Api, _free_port
+from bench.web_server import APPLICATION, uvicorn_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -43,8 +44,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--asgi-app",
-        default="config.asgi:application",
-        help="the ASGI application daphne serves (to compare front ends; PYTHONPATH reaches it)",
+        default=APPLICATION,
+        help="the ASGI application uvicorn serves (to compare front ends; PYTHONPATH reaches it)",
     )
     args = parser.parse_args()
     data_root = Path(tempfile.mkdtemp(prefix="portal-bench-"))
@@ -65,8 +66,8 @@ def main() -> None:
         port = _free_port()
         logs = open(data_root / "processes.log", "wb")  # noqa: SIM115
         for argv in (
-            # -v 0: no access log line per request, as in production behind a proxy that keeps its own.
-            [str(BIN / "daphne"), "-v", "0", "-b", "127.0.0.1", "-p", str(port), args.asgi_app],
+            # No access log line per request, as in production behind a proxy that keeps its own.
+            uvicorn_argv(port, args.asgi_app),
             [str(BIN / "celery"), "--app", "config", "worker", "--concurrency", "1", "--loglevel", "WARNING"],
             [str(BIN / "celery"), "--app", "config", "beat", "--loglevel", "WARNING"],
         ):

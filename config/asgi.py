@@ -1,4 +1,12 @@
-"""ASGI entry point: Django for HTTP, Channels for websockets (served by daphne)."""
+"""ASGI entry point (served by uvicorn): Django for HTTP, Channels for websockets, the edge in front of both.
+
+- Proxy headers: ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are applied to the scope (the client's address,
+  the scheme) only when the TCP peer is in PORTAL_TRUSTED_PROXIES, by uvicorn's own ProxyHeadersMiddleware
+  (the client is the right-most address of the chain that is not a trusted proxy). Django's REMOTE_ADDR and
+  ``request.is_secure()``, DRF's throttles, the /metrics allow-list and the login lock-outs all read the scope.
+  With no trusted proxy (the default) the headers are ignored.
+- Request bodies are capped before any other work (config/edge.py, PORTAL_MAX_REQUEST_BYTES).
+"""
 
 import os
 
@@ -10,15 +18,32 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs the apps loaded above
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware  # noqa: E402
 
+from config.edge import BodyLimit  # noqa: E402
 from frontend.routing import websocket_urlpatterns  # noqa: E402
 from serving.router import asgi_fast_path  # noqa: E402
 
-application = ProtocolTypeRouter(
+portal = ProtocolTypeRouter(
     {
         # Token-authenticated calls to /serve/ skip Django's middleware (a thread hop per hook, ~5 ms a
-        # request): serving.router answers them itself; everything else is Django's.
-        "http": asgi_fast_path(django_asgi_app),
+        # request): serving.router answers them itself; everything else is Django's. Both behind the body cap.
+        "http": BodyLimit(
+            asgi_fast_path(django_asgi_app),
+            max_bytes=settings.PORTAL_MAX_REQUEST_BYTES,
+            serve_max_bytes=settings.PORTAL_SERVE_MAX_REQUEST_BYTES,
+        ),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+
+def behind_trusted_proxies(app, networks):
+    """``app`` reading the proxy headers of peers in ``networks`` (ip_network objects); ``app`` itself if none."""
+    if not networks:
+        return app
+    return ProxyHeadersMiddleware(app, trusted_hosts=[str(network) for network in networks])
+
+
+application = behind_trusted_proxies(portal, settings.PORTAL_TRUSTED_PROXIES)

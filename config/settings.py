@@ -66,6 +66,16 @@ def _settings_from_env():
             "PORTAL_METRICS_ALLOW", env.list("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
         ),
         "bench": env.bool("PORTAL_BENCH", False),
+        # The edge (config/edge.py): the largest request body, in bytes, refused with 413 before it is read.
+        "max_request_bytes": env.int("PORTAL_MAX_REQUEST_BYTES", 4 * 1024**2, minimum=1024, maximum=1024**3),
+        # The same for predictions and feedback (POST /serve/...), which carry the model's inputs.
+        "serve_max_request_bytes": env.int(
+            "PORTAL_SERVE_MAX_REQUEST_BYTES", 16 * 1024**2, minimum=1024, maximum=1024**3
+        ),
+        # The deepest nesting of arrays and objects a JSON body may have (core/parsers.py).
+        "json_max_depth": env.int("PORTAL_JSON_MAX_DEPTH", 32, minimum=2, maximum=1000),
+        # Networks of the reverse proxies whose X-Forwarded-For / -Proto are believed (config/asgi.py); none by default.
+        "trusted_proxies": _networks("PORTAL_TRUSTED_PROXIES", env.list("PORTAL_TRUSTED_PROXIES", [])),
         # Webhook outbox (webhooks/outbox.py): attempts at one delivery before it is marked failed.
         "webhook_max_attempts": env.int("PORTAL_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=30),
         # The wait after a delivery's first failed attempt, in seconds; x4 after each further one (+-20 % jitter).
@@ -149,7 +159,6 @@ ALLOWED_HOSTS = _s["allowed_hosts"]
 CSRF_TRUSTED_ORIGINS = _s["csrf_trusted_origins"]
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -178,6 +187,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # django-prometheus (/metrics): first and last, so that the pair times and counts every request and response.
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    # NUL and other control characters in the address, query parameters and form fields: a 400 naming them.
+    "config.parameters.ControlCharactersMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -396,6 +407,27 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
 }
+
+# --- The edge: request limits, JSON errors, trusted proxies (config/edge.py, config/asgi.py) ---
+# Bodies over these are answered 413 at the ASGI layer, before Django reads them or anyone is authenticated.
+PORTAL_MAX_REQUEST_BYTES = _s["max_request_bytes"]
+PORTAL_SERVE_MAX_REQUEST_BYTES = _s["serve_max_request_bytes"]
+# Django's own check (on request.body / request.POST) stays behind the edge's: it never refuses what the edge let in.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(PORTAL_MAX_REQUEST_BYTES, PORTAL_SERVE_MAX_REQUEST_BYTES)
+PORTAL_JSON_MAX_DEPTH = _s["json_max_depth"]
+# X-Forwarded-For / X-Forwarded-Proto are applied to the ASGI scope (client address, scheme) by uvicorn's
+# ProxyHeadersMiddleware for peers in these networks only; REMOTE_ADDR and request.is_secure() are then right
+# everywhere, so Django needs no SECURE_PROXY_SSL_HEADER (which would believe the header from anyone).
+PORTAL_TRUSTED_PROXIES = _s["trusted_proxies"]
+# DRF's throttles identify anonymous callers by REMOTE_ADDR, never by X-Forwarded-For (rest_framework.throttling).
+REST_FRAMEWORK["NUM_PROXIES"] = 0
+# JSON bodies: nesting capped at PORTAL_JSON_MAX_DEPTH, NUL refused (core/parsers.py); forms as before.
+REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
+    "core.parsers.JSONParser",
+    "rest_framework.parsers.FormParser",
+    "rest_framework.parsers.MultiPartParser",
+]
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",
     "DESCRIPTION": "Training jobs, department quotas, models and serving. See API.md for the contract.",

@@ -37,5 +37,11 @@ urlpatterns = [
     path("", include("frontend.urls")),
 ]
 
+# Under /api/ and /serve/ errors are JSON {"detail": ...}; pages keep Django's own (config/errors.py).
+handler400 = "config.errors.bad_request"
+handler403 = "config.errors.permission_denied"
+handler404 = "config.errors.page_not_found"
+handler500 = "config.errors.server_error"
+
 if settings.PORTAL_BENCH:  # bench/api.py's bare view; never mounted in production
     urlpatterns.append(path("bench/", include("config.bench_urls")))

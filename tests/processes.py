@@ -1,4 +1,4 @@
-"""Real portal processes (daphne, Celery worker) for end-to-end tests, on the test database."""
+"""Real portal processes (the uvicorn web process, Celery worker) for end-to-end tests, on the test database."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
+from bench.web_server import uvicorn_argv
 from jobs import running
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,9 +77,12 @@ class Processes:
         self.log_dir = log_dir
         self.running: list[tuple[str, subprocess.Popen]] = []
 
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        """``env``: settings of this process on top of process_env()'s."""
         log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
-        process = subprocess.Popen(argv, cwd=ROOT, env=process_env(), stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            argv, cwd=ROOT, env=process_env() | (env or {}), stdout=log, stderr=subprocess.STDOUT
+        )
         log.close()
         self.running.append((name, process))
         return process
@@ -104,13 +108,15 @@ class Processes:
 
             app.control.purge()
 
-    def web(self) -> int:
+    def web(self, env: dict[str, str] | None = None, app: str = "config.asgi:application") -> int:
+        """The web process as `make run` starts it (uvicorn, bench/web_server.py), serving ``app``; its port."""
         port = free_port()
-        process = self.start(
-            "web", [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
-        )
+        process = self.start("web", uvicorn_argv(port, app), env)
         wait_for_port(port, process)
         return port
+
+    def web_process(self) -> subprocess.Popen:
+        return next(process for name, process in self.running if name == "web")
 
     def worker(self) -> subprocess.Popen:
         return self.start(

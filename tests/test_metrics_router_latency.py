@@ -1,5 +1,5 @@
 """portal_router_latency_seconds_sum: the routers' exact sum of latencies (VariantStats.latency_seconds_sum), added
-with the same flush as the buckets; the end-to-end case through daphne and a slow model server is in
+with the same flush as the buckets; the end-to-end case through uvicorn and a slow model server is in
 tests/models_registry/test_router.py."""
 
 from __future__ import annotations

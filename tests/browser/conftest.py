@@ -1,4 +1,4 @@
-"""The real portal in a real browser: daphne + Celery worker + beat on the test database, driven by Chromium.
+"""The real portal in a real browser: uvicorn + Celery worker + beat on the test database, driven by Chromium.
 
 One portal per package (``scope="package"``): starting the processes and building the example job's
 virtualenv takes most of the time, so every browser test shares them. The demo world is committed to the
@@ -65,9 +65,11 @@ class PortalProcesses(Processes):
     def env(self) -> dict[str, str]:
         return process_env() | {"PORTAL_DATA_ROOT": str(self.data_root)}
 
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         with open(self.log_dir / f"{name}.log", "wb") as log:
-            process = subprocess.Popen(argv, cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                argv, cwd=ROOT, env=self.env() | (env or {}), stdout=log, stderr=subprocess.STDOUT
+            )
         self.running.append((name, process))
         return process
 

@@ -1,4 +1,4 @@
-"""The router, end to end: the real portal (daphne) in front of real model servers.
+"""The router, end to end: the real portal (uvicorn) in front of real model servers.
 
 Requests go over HTTP to /serve/<deployment>/predict with an async httpx client; the router's counters
 reach the database through its periodic flush, so the metrics are polled with a deadline.
@@ -17,7 +17,7 @@ import pytest
 from serving import services
 from serving.models import Deployment
 from tests.models_registry.test_serving import INSTANCES, ab, create, poll, portal, register  # noqa: F401 - fixture
-from tests.processes import BIN, Processes, free_port, wait_for_port
+from tests.processes import Processes
 from tests.test_metrics import scrape, value
 
 LATENCY = "portal_router_latency_seconds"
@@ -33,33 +33,19 @@ application = asgi_fast_path(portal)
 
 
 def start_web(tmp_path, app: str) -> tuple[Processes, str]:
-    """daphne serving the portal, or the portal behind the router's ASGI fast path (router.asgi_fast_path)."""
+    """uvicorn serving the portal, or the portal behind the router's ASGI fast path (router.asgi_fast_path)."""
     processes = Processes(tmp_path)
     if app == "django":
         port = processes.web()
     else:
         (tmp_path / "fast_portal.py").write_text(FAST_PORTAL)
-        port = free_port()
-        process = processes.start(
-            "web",
-            [
-                "env",
-                f"PYTHONPATH={tmp_path}",
-                str(BIN / "daphne"),
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "fast_portal:application",
-            ],
-        )
-        wait_for_port(port, process)
+        port = processes.web({"PYTHONPATH": str(tmp_path)}, app="fast_portal:application")
     return processes, f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture
 def web(portal, tmp_path):
-    """The portal's web process (daphne) on the test database; its base URL."""
+    """The portal's web process (uvicorn) on the test database; its base URL."""
     processes, url = start_web(tmp_path, "django")
     yield url
     processes.stop()

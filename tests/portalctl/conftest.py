@@ -1,7 +1,7 @@
-"""Fixtures of the portalctl tests: the real portal under daphne on the test database, and portalctl as alice.
+"""Fixtures of the portalctl tests: the real portal under uvicorn on the test database, and portalctl as alice.
 
-The portal runs under daphne rather than pytest-django's WSGI `live_server`, because `logs -f` streams an
-asynchronous response that a WSGI server would buffer until the job has ended.
+The portal runs under uvicorn (the web process of `make run`) rather than pytest-django's WSGI `live_server`,
+because `logs -f` streams an asynchronous response that a WSGI server would buffer until the job has ended.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """200 submissions at once over HTTP into a department with room for 10: exactly 10 admitted, 190 queued,
-none lost, none duplicated — through a real daphne process, the way automation hits the portal.
+none lost, none duplicated — through a real uvicorn process, the way automation hits the portal.
 
 Some clients retry (as clients do after a timeout) with the same Idempotency-Key: the retry must get the
 same job back, never a second one.
