@@ -9,7 +9,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts import permissions, tokens
+from accounts import login, permissions, tokens
 from accounts import selectors as account_selectors
 from accounts.models import ApiToken
 from core.api import visible_or_404
@@ -29,6 +29,11 @@ class TokenApi(APIView):
     class TokenInputSerializer(serializers.Serializer):
         username = serializers.CharField()
         password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+        expires_in_days = serializers.IntegerField(
+            required=False,
+            allow_null=True,
+            help_text="Days the new token works; omitted: the longest lifetime allowed (PORTAL_TOKEN_MAX_DAYS).",
+        )
 
     class TokenOutputSerializer(serializers.Serializer):
         token = serializers.CharField()
@@ -37,13 +42,17 @@ class TokenApi(APIView):
     def post(self, request):
         data = self.TokenInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        user = authenticate(request, **data.validated_data)
+        expires_in_days = data.validated_data.pop("expires_in_days", None)
+        # The Django request, not DRF's wrapper: django-axes marks a locked-out try on it (accounts/login.py).
+        user = authenticate(request._request, **data.validated_data)
         if user is None:
+            if getattr(request._request, "axes_locked_out", False):
+                return login.lockout_response(request._request)  # 429, saying until when
             # One message for any wrong part, so callers cannot probe usernames.
             raise serializers.ValidationError(
                 {"non_field_errors": ["Unable to sign in with that username and password."]}
             )
-        _, key = tokens.token_create(user=user, name="api")
+        _, key = tokens.token_create(user=user, name="api", expires_in_days=expires_in_days)
         return Response({"token": key})
 
 
@@ -129,6 +138,15 @@ class ApiTokenListApi(generics.ListAPIView):
         name = serializers.CharField(
             max_length=tokens.NAME_MAX_LENGTH, help_text="What the token is for, e.g. the script using it."
         )
+        expires_in_days = serializers.IntegerField(
+            required=False,
+            allow_null=True,
+            help_text="Days the token works. Omit both this and expires_at for the longest lifetime allowed "
+            "(PORTAL_TOKEN_MAX_DAYS; without it, never expires).",
+        )
+        expires_at = serializers.DateTimeField(
+            required=False, allow_null=True, help_text="When the token stops working (instead of expires_in_days)."
+        )
 
     class ApiTokenCreatedSerializer(ApiTokenOutputSerializer):
         key = serializers.CharField(help_text="The key, shown only in this response: store it now.")
@@ -144,7 +162,12 @@ class ApiTokenListApi(generics.ListAPIView):
     def post(self, request):
         data = self.ApiTokenInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        token, key = tokens.token_create(user=request.user, name=data.validated_data["name"])
+        token, key = tokens.token_create(
+            user=request.user,
+            name=data.validated_data["name"],
+            expires_in_days=data.validated_data.get("expires_in_days"),
+            expires_at=data.validated_data.get("expires_at"),
+        )
         body = {**ApiTokenOutputSerializer(token).data, "key": key}
         return Response(self.ApiTokenCreatedSerializer(body).data, status=status.HTTP_201_CREATED)
 

@@ -14,5 +14,5 @@ class ApiTokenAuthentication(authentication.TokenAuthentication):
     def authenticate_credentials(self, key):
         token = tokens.token_authenticate(key)
         if token is None:
-            raise exceptions.AuthenticationFailed("Invalid, revoked or expired token.")
+            raise exceptions.AuthenticationFailed(tokens.token_refusal(key))
         return token.user, token

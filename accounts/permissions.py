@@ -74,6 +74,17 @@ def can_set_quotas(user) -> bool:
     return is_platform_admin(user)
 
 
+def can_lift_lockout(user, target) -> bool:
+    """Lift a sign-in lock-out of ``target``: platform admins anyone's; a dept_admin a member of a department
+    they manage, unless that member is a platform admin (whose lock only another platform admin lifts)."""
+    if is_platform_admin(user):
+        return True
+    if target is None or target.is_staff:
+        return False
+    managed = {dept_id for dept_id, role in roles(user).items() if role == Membership.Role.DEPT_ADMIN}
+    return Membership.objects.filter(user=target, department_id__in=managed).exists()
+
+
 def visible_departments(user) -> QuerySet[Department]:
     if is_platform_admin(user):
         return Department.objects.all()

@@ -7,6 +7,7 @@ Setting REDIS_URL switches the broker, cache and channel layer to Redis.
 
 import ipaddress
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -66,6 +67,16 @@ def _settings_from_env():
             "PORTAL_METRICS_ALLOW", env.list("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
         ),
         "bench": env.bool("PORTAL_BENCH", False),
+        # Login protection (accounts/login.py, django-axes): wrong passwords before a lock-out, per account/address.
+        "login_failure_limit": env.int("PORTAL_LOGIN_FAILURE_LIMIT", 10, minimum=1, maximum=1000),
+        # How long a lock-out lasts, in minutes; 0 keeps it until an admin lifts it.
+        "login_lockout_minutes": env.int("PORTAL_LOGIN_LOCKOUT_MINUTES", 15, minimum=0, maximum=7 * 24 * 60),
+        # What failures are counted by: username, ip_address, or username+ip_address (the pair); comma-separated.
+        "login_lockout_parameters": _lockout_parameters(
+            env.list("PORTAL_LOGIN_LOCKOUT_BY", ["username", "ip_address"])
+        ),
+        # The longest lifetime a new API token may be given, in days; 0: no bound, and tokens may never expire.
+        "token_max_days": env.int("PORTAL_TOKEN_MAX_DAYS", 0, minimum=0, maximum=3650),
         # The edge (config/edge.py): the largest request body, in bytes, refused with 413 before it is read.
         "max_request_bytes": env.int("PORTAL_MAX_REQUEST_BYTES", 4 * 1024**2, minimum=1024, maximum=1024**3),
         # The same for predictions and feedback (POST /serve/...), which carry the model's inputs.
@@ -97,6 +108,20 @@ def _settings_from_env():
         # A cached job environment no job used for this many days is deleted; 0 keeps them.
         "job_env_unused_days": env.int("PORTAL_JOB_ENV_UNUSED_DAYS", 14, minimum=0, maximum=36500),
     }
+
+
+def _lockout_parameters(values: list[str]) -> list:
+    """PORTAL_LOGIN_LOCKOUT_BY as django-axes' AXES_LOCKOUT_PARAMETERS: ``a+b`` counts the pair together."""
+    known = {"username", "ip_address"}
+    parameters: list = []
+    for value in values:
+        parts = value.split("+")
+        if not set(parts) <= known:
+            raise EnvError(
+                f"PORTAL_LOGIN_LOCKOUT_BY: {value!r} is not one of username, ip_address, username+ip_address"
+            )
+        parameters.append(parts[0] if len(parts) == 1 else parts)
+    return parameters
 
 
 def _networks(name: str, values: list[str]) -> list:
@@ -170,6 +195,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "axes",  # failed-login lock-outs (see "Login protection" below)
     # The portal's apps, bottom floor first (docs/architecture.md "The stack").
     "accounts",
     "clusters",
@@ -198,6 +224,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A sign-in refused by a lock-out becomes its page / JSON 429 (accounts.login.lockout_response).
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -364,6 +392,27 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Login protection and API tokens (accounts/login.py, accounts/tokens.py) ---
+# axes first: it refuses a locked-out account or address before any password is checked, on every path that
+# calls authenticate() (the login page, the Django admin, POST /api/v1/auth/token/). The second backend is
+# Django's ModelBackend that also writes the "login" audit entry.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "accounts.login.PasswordBackend"]
+AXES_FAILURE_LIMIT = _s["login_failure_limit"]
+AXES_COOLOFF_TIME = timedelta(minutes=_s["login_lockout_minutes"]) if _s["login_lockout_minutes"] else None
+AXES_LOCKOUT_PARAMETERS = _s["login_lockout_parameters"]
+# The address is REMOTE_ADDR, which the ASGI layer sets to the real client behind trusted proxies: never a header.
+AXES_CLIENT_IP_CALLABLE = "accounts.login.client_address"
+AXES_LOCKOUT_CALLABLE = "accounts.login.lockout_response"
+# Tries while locked out do not push the end of the lock-out back: the time the page gives holds.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+# A right password does not forget earlier failures: that would also forget the address's, and one valid
+# account would then let an address guess others' passwords without end.
+AXES_RESET_ON_SUCCESS = False
+AXES_DISABLE_ACCESS_LOG = True  # sign-ins, sign-outs and lock-outs are in the portal's audit log instead
+AXES_SENSITIVE_PARAMETERS = ["password"]
+AXES_VERBOSE = False
+PORTAL_TOKEN_MAX_DAYS = _s["token_max_days"]
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]

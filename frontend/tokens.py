@@ -22,11 +22,13 @@ from core.errors import InvalidInput
 @require_http_methods(["GET", "POST"])
 def tokens_page(request):
     created, key, errors, name = None, None, {}, ""
+    longest = tokens.max_days()
+    days = str(longest or "")
     if request.method == "POST":
-        name = request.POST.get("name", "")
+        name, days = request.POST.get("name", ""), request.POST.get("expires_in_days", "").strip()
         try:
-            created, key = tokens.token_create(user=request.user, name=name)
-            name = ""
+            created, key = tokens.token_create(user=request.user, name=name, expires_in_days=days or None)
+            name, days = "", str(longest or "")
         except InvalidInput as error:
             errors = error.errors
     # Rendered, not redirected, after a create: the key lives only in this one response.
@@ -40,6 +42,8 @@ def tokens_page(request):
             "errors": errors,
             "name": name,
             "name_max_length": tokens.NAME_MAX_LENGTH,
+            "expires_in_days": days,
+            "max_days": longest,
         },
         status=400 if errors else 200,
     )

@@ -16,6 +16,7 @@ urlpatterns = [
     path("departments/<slug:slug>/members/", members.members, name="members"),
     path("departments/<slug:slug>/members/<int:membership_id>/role/", members.member_role, name="member-role"),
     path("departments/<slug:slug>/members/<int:membership_id>/remove/", members.member_remove, name="member-remove"),
+    path("departments/<slug:slug>/members/<int:membership_id>/unlock/", members.member_unlock, name="member-unlock"),
     path("departments/<slug:slug>/quotas/", quotas.quotas, name="quotas"),
     path("departments/<slug:slug>/storage/", storage.storage, name="storage"),
     path("departments/<slug:slug>/storage/<int:storage_id>/", storage.storage_edit, name="storage-edit"),

@@ -10,7 +10,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from accounts import permissions
+from accounts import login, permissions
 from accounts import selectors as account_selectors
 from accounts import services as account_services
 from accounts.access import managed_department
@@ -58,9 +58,11 @@ def members(request, slug):
                 )
                 return redirect("console:members", slug=department.slug)
         status = 400
+    memberships = list(account_selectors.members_of(department=department))
+    locked = login.lockouts_of(usernames=[m.user.username for m in memberships])
     rows = [
-        (m, RoleForm(initial={"role": m.role}, prefix=f"m{m.pk}"))
-        for m in account_selectors.members_of(department=department)
+        (m, RoleForm(initial={"role": m.role}, prefix=f"m{m.pk}"), _lock_of(request.user, m, locked))
+        for m in memberships
     ]
     return render(
         request,
@@ -73,6 +75,27 @@ def members(request, slug):
         },
         status=status,
     )
+
+
+def _lock_of(actor, membership: Membership, locked: dict) -> dict | None:
+    """The member's sign-in lock-out, for the page: until when (None: until lifted) and whether actor may lift it."""
+    if membership.user.username not in locked:
+        return None
+    return {"until": locked[membership.user.username], "can_lift": permissions.can_lift_lockout(actor, membership.user)}
+
+
+@login_required
+@require_POST
+def member_unlock(request, slug, membership_id):
+    """Lift a member's sign-in lock-out (too many wrong passwords)."""
+    department = managed_department(request, slug)
+    membership = get_object_or_404(Membership.objects.select_related("user"), pk=membership_id, department=department)
+    login.lockout_lift(actor=request.user, username=membership.user.username)
+    messages.success(
+        request,
+        _("%(user)s may sign in again: the failed sign-ins are forgotten.") % {"user": membership.user.username},
+    )
+    return redirect("console:members", slug=department.slug)
 
 
 @login_required

@@ -3,10 +3,8 @@ import os
 import shlex
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from accounts.tokens import token_create
 from clusters.cluster_settings import cluster_warnings
 from clusters.inventory import detect_local_gpus
 from clusters.models import Cluster
@@ -46,8 +44,7 @@ class Command(BaseCommand):
         repo = publish_example_repo(
             source=settings.BASE_DIR / "examples" / "digits", target=settings.PORTAL_DATA_ROOT / "repos" / "digits"
         )
-        # Keys are stored hashed, so each run issues a new one (listed, and revocable, at /tokens/).
-        _, key = token_create(user=get_user_model().objects.get(username="alice"), name="demo")
+        # No key is printed: this output ends up in logs. It says how alice gets one of her own.
         body = json.dumps(
             {
                 "name": "digits",
@@ -58,9 +55,17 @@ class Command(BaseCommand):
                 "tensorboard": True,
             }
         )
-        out.write("  Submit the example training job as alice:")
+        out.write("  Submit the example training job as alice. First get an API token (none is printed here):")
+        out.write(f"    in the browser: sign in as alice, open {url}tokens/ and create one; or")
+        out.write(f"    .venv/bin/portalctl login --url {url} --username alice   (stores it in portalctl's config); or")
+        login = json.dumps({"username": "alice", "password": result.password})
         out.write(
-            f"    curl -s -X POST {url}api/v1/jobs/ -H 'Authorization: Token {key}' "
+            f"    TOKEN=$(curl -s -X POST {url}api/v1/auth/token/ -H 'Content-Type: application/json' "
+            f"-d {shlex.quote(login)} | python3 -c 'import json, sys; print(json.load(sys.stdin)[\"token\"])')"
+        )
+        out.write("  then:")
+        out.write(
+            f'    curl -s -X POST {url}api/v1/jobs/ -H "Authorization: Token $TOKEN" '
             f"-H 'Content-Type: application/json' -d {shlex.quote(body)}"
         )
         out.write("")
