@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
                 )
             base = f"http://127.0.0.1:{port}"
         api = Api(base)
-        api.wait_up()
+        api.wait_up(path="/healthz/live")  # no worker, beat or watcher here: /healthz would stay 503
         api.token = api.post("/api/v1/auth/token/", {"username": "alice", "password": env["PORTAL_DEMO_PASSWORD"]})[
             "token"
         ]

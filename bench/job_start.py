@@ -124,11 +124,12 @@ class Api:
     def post(self, path, body):
         return self._request("POST", path, body)
 
-    def wait_up(self, timeout=60):
+    def wait_up(self, timeout=60, path="/healthz"):
+        """Until ``path`` answers 200 (bench.api, which starts no worker, waits for web alone: /healthz/live)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                self.get("/healthz")
+                self.get(path)
                 return
             except OSError:
                 time.sleep(0.2)
