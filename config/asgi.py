@@ -15,14 +15,12 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs the apps loaded above
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs the apps loaded above
 from django.conf import settings  # noqa: E402
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware  # noqa: E402
 
 from config.edge import BodyLimit  # noqa: E402
-from frontend.routing import websocket_urlpatterns  # noqa: E402
+from frontend.routing import websocket_application  # noqa: E402
 from serving.router import asgi_fast_path  # noqa: E402
 
 portal = ProtocolTypeRouter(
@@ -34,7 +32,8 @@ portal = ProtocolTypeRouter(
             max_bytes=settings.PORTAL_MAX_REQUEST_BYTES,
             serve_max_bytes=settings.PORTAL_SERVE_MAX_REQUEST_BYTES,
         ),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Origin checked with scheme, host and port; a session or an API token; closed when either ends.
+        "websocket": websocket_application(),
     }
 )
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp import constants as _csp_constants
 from django.core.exceptions import ImproperlyConfigured
 
 from core.db_pool import PoolSizes as _PoolSizes
@@ -77,6 +78,18 @@ def _settings_from_env():
         ),
         # The longest lifetime a new API token may be given, in days; 0: no bound, and tokens may never expire.
         "token_max_days": env.int("PORTAL_TOKEN_MAX_DAYS", 0, minimum=0, maximum=3650),
+        # Sessions, sockets and headers: the portal is served over HTTPS (Secure cookies, HSTS; platform/README.md).
+        "https": env.bool("PORTAL_HTTPS", False),
+        # With PORTAL_HTTPS: how long browsers keep to HTTPS (Strict-Transport-Security max-age), seconds; 0: no HSTS.
+        "hsts_seconds": env.int("PORTAL_HSTS_SECONDS", 3600, minimum=0, maximum=2 * 365 * 86400),
+        # With PORTAL_HTTPS: HSTS covers every subdomain of the portal's host too.
+        "hsts_subdomains": env.bool("PORTAL_HSTS_INCLUDE_SUBDOMAINS", False),
+        # With PORTAL_HTTPS: HSTS asks to be preloaded into browsers (needs subdomains and a year or more).
+        "hsts_preload": env.bool("PORTAL_HSTS_PRELOAD", False),
+        # With PORTAL_HTTPS: plain-HTTP requests are redirected to HTTPS (not /healthz and /metrics).
+        "ssl_redirect": env.bool("PORTAL_SSL_REDIRECT", False),
+        # Open websockets check again this often (seconds) that their session or API token still holds.
+        "ws_recheck_seconds": env.int("PORTAL_WS_RECHECK_SECONDS", 60, minimum=1, maximum=3600),
         # The edge (config/edge.py): the largest request body, in bytes, refused with 413 before it is read.
         "max_request_bytes": env.int("PORTAL_MAX_REQUEST_BYTES", 4 * 1024**2, minimum=1024, maximum=1024**3),
         # The same for predictions and feedback (POST /serve/...), which carry the model's inputs.
@@ -436,6 +449,56 @@ WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "SAMEORIGIN"
+
+# --- Sessions, sockets and headers (frontend/csp.py, frontend/ws_*.py; platform/README.md "Serving over HTTPS") ---
+# Open websockets look again this often whether their session or API token still holds (they also close at once
+# on logout and revocation: frontend/ws_sessions.py).
+PORTAL_WS_RECHECK_SECONDS = _s["ws_recheck_seconds"]
+# Off by default: `make run` serves http://127.0.0.1, where Secure cookies would never be sent back.
+PORTAL_HTTPS = _s["https"]
+SESSION_COOKIE_SECURE = PORTAL_HTTPS
+CSRF_COOKIE_SECURE = PORTAL_HTTPS
+# Django sends HSTS only on HTTPS answers (request.is_secure(): behind a proxy, PORTAL_TRUSTED_PROXIES).
+SECURE_HSTS_SECONDS = _s["hsts_seconds"] if PORTAL_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = PORTAL_HTTPS and _s["hsts_subdomains"]
+SECURE_HSTS_PRELOAD = PORTAL_HTTPS and _s["hsts_preload"]
+SECURE_SSL_REDIRECT = PORTAL_HTTPS and _s["ssl_redirect"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # probes and scrapers inside the cluster speak plain HTTP
+for _name, _needs in (("PORTAL_SSL_REDIRECT", "ssl_redirect"), ("PORTAL_HSTS_PRELOAD", "hsts_preload")):
+    if _s[_needs] and not PORTAL_HTTPS:
+        raise ImproperlyConfigured(
+            f"Invalid setting: {_name}=true needs PORTAL_HTTPS=true (the portal is served over HTTPS)"
+        )
+if SECURE_HSTS_PRELOAD and not (SECURE_HSTS_INCLUDE_SUBDOMAINS and SECURE_HSTS_SECONDS >= 365 * 86400):
+    raise ImproperlyConfigured(
+        "Invalid setting: PORTAL_HSTS_PRELOAD=true needs PORTAL_HSTS_INCLUDE_SUBDOMAINS=true and "
+        "PORTAL_HSTS_SECONDS of at least 31536000 (one year): browsers' preload lists accept nothing less"
+    )
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+# No script reads the CSRF cookie: portal.js sends the token of the page's own forms, Swagger UI and the
+# browsable API the one rendered into them.
+CSRF_COOKIE_HTTPONLY = True
+# Content-Security-Policy (django-csp 4): no inline script or style without the request's nonce, nothing from
+# other sites, no framing by others. frontend.csp adds the websocket origins of the host a page was served from.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1, "frontend.csp.PortalCSPMiddleware"
+)
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'", _csp_constants.NONCE],
+        "style-src": ["'self'", _csp_constants.NONCE],
+        "img-src": ["'self'", "data:"],  # Swagger UI's and uPlot's icons are data: URLs
+        "connect-src": ["'self'"],
+        "frame-src": ["'self'"],  # the job page's TensorBoard
+        "frame-ancestors": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+    },
+}
 
 # --- REST framework ----------------------------------------------------------
 REST_FRAMEWORK = {

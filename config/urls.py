@@ -17,7 +17,12 @@ api_v1 = [
     path("", include("images.urls")),
     path("", include("webhooks.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # Swagger UI with the CSP nonce on its inline script and style (frontend/templates/frontend/api_docs/).
+    path(
+        "docs/",
+        SpectacularSwaggerView.as_view(url_name="api-schema", template_name="frontend/api_docs/swagger_ui.html"),
+        name="api-docs",
+    ),
 ]
 
 urlpatterns = [

@@ -15,6 +15,7 @@ from jobs.api import parse_job_input
 from jobs.models import Job
 
 ORIGIN = (b"origin", b"http://localhost")
+HOST = (b"host", b"localhost")  # the page that opens a socket is the portal's own (frontend/ws_origin.py)
 
 
 def submit(user, **fields):
@@ -62,7 +63,7 @@ def test_a_status_transition_is_pushed_to_the_jobs_socket(world, client):
     cookie = session_cookie(client, world.carol)  # a department colleague watches alice's job
 
     async def exchange():
-        communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=[ORIGIN, cookie])
+        communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=[HOST, ORIGIN, cookie])
         connected, _ = await communicator.connect(timeout=10)
         assert connected
         assert await communicator.receive_json_from(timeout=10) == {"type": "hello"}
@@ -91,7 +92,7 @@ def test_a_new_job_and_its_admission_reach_the_departments_members(world, client
     cookie = session_cookie(client, world.carol)
 
     async def exchange():
-        communicator = WebsocketCommunicator(application, "/ws/departments/vision/", headers=[ORIGIN, cookie])
+        communicator = WebsocketCommunicator(application, "/ws/departments/vision/", headers=[HOST, ORIGIN, cookie])
         connected, _ = await communicator.connect(timeout=10)
         assert connected
         assert await communicator.receive_json_from(timeout=10) == {"type": "hello"}
@@ -111,13 +112,13 @@ def test_a_new_job_and_its_admission_reach_the_departments_members(world, client
 def test_outsiders_and_anonymous_visitors_are_refused(world, client):
     job = submit(world.alice)
     outsider = session_cookie(client, world.bob)
-    assert connect_outcome(f"/ws/jobs/{job.pk}/", [ORIGIN, outsider]) == (False, 4404)
-    assert connect_outcome(f"/ws/jobs/{job.pk + 1000}/", [ORIGIN, outsider]) == (False, 4404)
-    assert connect_outcome("/ws/departments/vision/", [ORIGIN, outsider]) == (False, 4404)
-    assert connect_outcome(f"/ws/jobs/{job.pk}/", [ORIGIN]) == (False, 4401)
-    assert connect_outcome("/ws/departments/vision/", [ORIGIN]) == (False, 4401)
+    assert connect_outcome(f"/ws/jobs/{job.pk}/", [HOST, ORIGIN, outsider]) == (False, 4404)
+    assert connect_outcome(f"/ws/jobs/{job.pk + 1000}/", [HOST, ORIGIN, outsider]) == (False, 4404)
+    assert connect_outcome("/ws/departments/vision/", [HOST, ORIGIN, outsider]) == (False, 4404)
+    assert connect_outcome(f"/ws/jobs/{job.pk}/", [HOST, ORIGIN]) == (False, 4401)
+    assert connect_outcome("/ws/departments/vision/", [HOST, ORIGIN]) == (False, 4401)
     member = session_cookie(client, world.alice)
-    assert connect_outcome(f"/ws/jobs/{job.pk}/", [ORIGIN, member]) == (True, None)
+    assert connect_outcome(f"/ws/jobs/{job.pk}/", [HOST, ORIGIN, member]) == (True, None)
 
 
 @pytest.mark.django_db(transaction=True, databases="__all__")
@@ -133,7 +134,7 @@ def test_nothing_is_pushed_for_a_change_that_was_rolled_back(world, client):
             raise RuntimeError("changed my mind")
 
     async def exchange():
-        communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=[ORIGIN, cookie])
+        communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=[HOST, ORIGIN, cookie])
         connected, _ = await communicator.connect(timeout=10)
         assert connected
         await communicator.receive_json_from(timeout=10)
@@ -159,7 +160,7 @@ def test_a_member_removed_from_the_department_stops_hearing(world, client, monke
     cookie = session_cookie(client, world.carol)
 
     async def exchange():
-        communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=[ORIGIN, cookie])
+        communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=[HOST, ORIGIN, cookie])
         connected, _ = await communicator.connect(timeout=10)
         assert connected and await communicator.receive_json_from(timeout=10) == {"type": "hello"}
         await sync_to_async(Membership.objects.filter(user=world.carol, department__slug="vision").delete)()

@@ -13,7 +13,7 @@ from config.asgi import application
 from jobs import services
 from jobs.admission import scheduling_cycle
 from jobs.models import Job
-from tests.frontend.test_live_jobs import ORIGIN, receive_until, session_cookie, submit
+from tests.frontend.test_live_jobs import HOST, ORIGIN, receive_until, session_cookie, submit
 
 
 @pytest.mark.django_db(transaction=True, databases="__all__")
@@ -26,7 +26,7 @@ def test_a_cycle_that_moves_a_waiting_job_up_pushes_a_queue_message_to_its_depar
     cookie = session_cookie(client, world.carol)
 
     async def exchange():
-        communicator = WebsocketCommunicator(application, "/ws/departments/vision/", headers=[ORIGIN, cookie])
+        communicator = WebsocketCommunicator(application, "/ws/departments/vision/", headers=[HOST, ORIGIN, cookie])
         connected, _ = await communicator.connect(timeout=10)
         assert connected
         assert await communicator.receive_json_from(timeout=10) == {"type": "hello"}
@@ -57,7 +57,7 @@ def test_other_departments_hear_nothing_of_a_queue_that_is_not_theirs(world, cli
     cookie = session_cookie(client, world.bob)
 
     async def exchange():
-        communicator = WebsocketCommunicator(application, "/ws/departments/nlp/", headers=[ORIGIN, cookie])
+        communicator = WebsocketCommunicator(application, "/ws/departments/nlp/", headers=[HOST, ORIGIN, cookie])
         connected, _ = await communicator.connect(timeout=10)
         assert connected
         await communicator.receive_json_from(timeout=10)

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 ROLES = ("anonymous", "outsider", "member", "dept_admin", "platform_admin")
 ORIGIN = (b"origin", b"http://localhost")
+HOST = (b"host", b"localhost")  # the page that opens a socket is the portal's own (frontend/ws_origin.py)
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def user_of(world, role):
 
 
 def ws_outcome(path: str, user) -> tuple[bool, int | None]:
-    headers = [ORIGIN]
+    headers = [HOST, ORIGIN]
     if user is not None:
         client = Client()
         client.force_login(user)

@@ -5,7 +5,9 @@
  *   htmx's polling keeps them current, only slower;
  * - job logs: follow (a streamed fetch), pause, per-worker download;
  * - TensorBoard: start on demand and embed; compare several jobs from the list;
- * - forms with data-confirm ask first.
+ * - forms with data-confirm ask first; [data-copy-from] buttons copy a field;
+ * - bars get their width (data-width, data-left, in %) from here: the Content-Security-Policy admits no
+ *   style="" attribute, but a style set from script is not markup.
  * No inline scripts: everything is wired here from data attributes.
  * Texts go through Django's JavaScript catalogue (/jsi18n/, loaded before this file);
  * without it they stay English.
@@ -19,8 +21,8 @@
   };
 
   function csrfToken() {
-    var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
-    if (match) return decodeURIComponent(match[1]);
+    // The token of the page's own forms (every page has the sign-out or language form): the CSRF cookie is
+    // HttpOnly (CSRF_COOKIE_HTTPONLY), so script cannot read it.
     var input = document.querySelector("input[name=csrfmiddlewaretoken]");
     return input ? input.value : "";
   }
@@ -125,7 +127,32 @@
   document.addEventListener("htmx:afterSwap", function () {
     showLiveStatus("");
     restoreSelection();
+    applyGeometry();
   });
+
+  /* --- bar geometry -------------------------------------------------------------- */
+
+  function applyGeometry() {
+    document.querySelectorAll("[data-width]").forEach(function (element) {
+      element.style.width = parseFloat(element.getAttribute("data-width")) + "%";
+    });
+    document.querySelectorAll("[data-left]").forEach(function (element) {
+      element.style.left = parseFloat(element.getAttribute("data-left")) + "%";
+    });
+  }
+
+  /* --- copy buttons ------------------------------------------------------------- */
+
+  function wireCopy(button) {
+    button.addEventListener("click", function () {
+      var field = document.getElementById(button.getAttribute("data-copy-from"));
+      if (!field) return;
+      field.select();
+      var done = function () { button.textContent = button.getAttribute("data-copied"); };
+      if (navigator.clipboard) { navigator.clipboard.writeText(field.value).then(done); }
+      else if (document.execCommand("copy")) { done(); }
+    });
+  }
 
   /* --- confirmations ------------------------------------------------------------- */
 
@@ -224,6 +251,10 @@
           iframe.src = data.url;
           iframe.title = gettext("TensorBoard of this job");
           iframe.className = "tensorboard";
+          // As far as TensorBoard allows: its scripts, its own origin (it fetches data/... and keeps settings in
+          // localStorage), downloads of its CSV/JSON; no top-level navigation, pop-ups, forms or modal dialogs.
+          iframe.setAttribute("sandbox", "allow-scripts allow-same-origin allow-downloads");
+          iframe.referrerPolicy = "same-origin";
           frame.appendChild(iframe);
           var link = document.createElement("a");
           link.href = data.url;
@@ -272,6 +303,8 @@
   /* --- start ------------------------------------------------------------------- */
 
   function init() {
+    applyGeometry();
+    document.querySelectorAll("[data-copy-from]").forEach(wireCopy);
     wireSockets();
     document.querySelectorAll("[data-logs]").forEach(wireLogs);
     document.querySelectorAll("[data-tensorboard]").forEach(wireTensorBoard);
