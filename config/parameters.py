@@ -49,6 +49,10 @@ def problem(request) -> str | None:
     else:
         where = _in_pairs(request.GET.lists(), "query parameter")
         if where is None and request.method == "POST" and request.content_type in _FORMS:
+            # The body first: parsing a multipart form from the stream would consume it, and views that read
+            # request.body (the TensorBoard proxy passes TensorBoard's own multipart posts on) could not.
+            # It is at most PORTAL_MAX_REQUEST_BYTES (config/edge.py), so keeping it costs little.
+            request.body  # noqa: B018 - cached on the request for request.POST and the view
             where = _in_pairs(request.POST.lists(), "form field")
     if where is None:
         return None
