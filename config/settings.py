@@ -68,6 +68,42 @@ def _settings_from_env():
             "PORTAL_METRICS_ALLOW", env.list("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
         ),
         "bench": env.bool("PORTAL_BENCH", False),
+        # Logs and disk (jobs/executors/log_reader.py): a log line longer than this is shown cut, with a mark.
+        "log_line_max_bytes": env.int("PORTAL_LOG_LINE_MAX_BYTES", 16 * 1024, minimum=256, maximum=16 * 1024**2),
+        # A local job's log (per worker) stops growing at this size, with a line saying so; the job goes on.
+        "job_log_max_bytes": env.int("PORTAL_JOB_LOG_MAX_BYTES", 100 * 1024**2, minimum=4096),
+        # A local job whose folders (code, output, tmp, checkpoints, TensorBoard) hold more than this fails.
+        "job_disk_max_bytes": env.int("PORTAL_JOB_DISK_MAX_BYTES", 20 * 1024**3, minimum=1024**2),
+        # Finished jobs' folders, outputs and logs are deleted this many days after they ended; 0 keeps them.
+        "job_retention_days": env.int("PORTAL_JOB_RETENTION_DAYS", 30, minimum=0, maximum=36500),
+        # A cached job environment no job used for this many days is deleted; 0 keeps them.
+        "job_env_unused_days": env.int("PORTAL_JOB_ENV_UNUSED_DAYS", 14, minimum=0, maximum=36500),
+        # Supervision (core/heartbeats.py): how often worker, beat and watcher refresh their heartbeat, seconds.
+        "heartbeat_seconds": env.int("PORTAL_HEARTBEAT_SECONDS", 5, minimum=1, maximum=300),
+        # A worker, beat or watcher heartbeat older than this (seconds) makes /healthz answer 503.
+        "health_max_age": env.int("PORTAL_HEALTH_MAX_AGE_SECONDS", 30, minimum=2, maximum=3600),
+        # The same for the last scheduling cycle; 0: twice PORTAL_RECONCILE_SECONDS plus 30 s.
+        "health_cycle_max_age": env.int("PORTAL_HEALTH_CYCLE_MAX_AGE_SECONDS", 0, minimum=0, maximum=86400),
+        # The edge (config/edge.py): the largest request body, in bytes, refused with 413 before it is read.
+        "max_request_bytes": env.int("PORTAL_MAX_REQUEST_BYTES", 4 * 1024**2, minimum=1024, maximum=1024**3),
+        # The same for predictions and feedback (POST /serve/...), which carry the model's inputs.
+        "serve_max_request_bytes": env.int(
+            "PORTAL_SERVE_MAX_REQUEST_BYTES", 16 * 1024**2, minimum=1024, maximum=1024**3
+        ),
+        # The deepest nesting of arrays and objects a JSON body may have (core/parsers.py).
+        "json_max_depth": env.int("PORTAL_JSON_MAX_DEPTH", 32, minimum=2, maximum=1000),
+        # Networks of the reverse proxies whose X-Forwarded-For / -Proto are believed (config/asgi.py); none by default.
+        "trusted_proxies": _networks("PORTAL_TRUSTED_PROXIES", env.list("PORTAL_TRUSTED_PROXIES", [])),
+        # Webhook outbox (webhooks/outbox.py): attempts at one delivery before it is marked failed.
+        "webhook_max_attempts": env.int("PORTAL_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=30),
+        # The wait after a delivery's first failed attempt, in seconds; x4 after each further one (+-20 % jitter).
+        "webhook_retry_seconds": env.int("PORTAL_WEBHOOK_RETRY_SECONDS", 10, minimum=1, maximum=86400),
+        # The longest wait between two attempts, in seconds (default 6 h).
+        "webhook_retry_max_seconds": env.int(
+            "PORTAL_WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600, minimum=1, maximum=7 * 86400
+        ),
+        # How often beat sends the deliveries that are due, in seconds.
+        "webhook_poll_seconds": env.int("PORTAL_WEBHOOK_POLL_SECONDS", 5, minimum=1, maximum=300),
         # Login protection (accounts/login.py, django-axes): wrong passwords before a lock-out, per account/address.
         "login_failure_limit": env.int("PORTAL_LOGIN_FAILURE_LIMIT", 10, minimum=1, maximum=1000),
         # How long a lock-out lasts, in minutes; 0 keeps it until an admin lifts it.
@@ -90,36 +126,6 @@ def _settings_from_env():
         "ssl_redirect": env.bool("PORTAL_SSL_REDIRECT", False),
         # Open websockets check again this often (seconds) that their session or API token still holds.
         "ws_recheck_seconds": env.int("PORTAL_WS_RECHECK_SECONDS", 60, minimum=1, maximum=3600),
-        # The edge (config/edge.py): the largest request body, in bytes, refused with 413 before it is read.
-        "max_request_bytes": env.int("PORTAL_MAX_REQUEST_BYTES", 4 * 1024**2, minimum=1024, maximum=1024**3),
-        # The same for predictions and feedback (POST /serve/...), which carry the model's inputs.
-        "serve_max_request_bytes": env.int(
-            "PORTAL_SERVE_MAX_REQUEST_BYTES", 16 * 1024**2, minimum=1024, maximum=1024**3
-        ),
-        # The deepest nesting of arrays and objects a JSON body may have (core/parsers.py).
-        "json_max_depth": env.int("PORTAL_JSON_MAX_DEPTH", 32, minimum=2, maximum=1000),
-        # Networks of the reverse proxies whose X-Forwarded-For / -Proto are believed (config/asgi.py); none by default.
-        "trusted_proxies": _networks("PORTAL_TRUSTED_PROXIES", env.list("PORTAL_TRUSTED_PROXIES", [])),
-        # Webhook outbox (webhooks/outbox.py): attempts at one delivery before it is marked failed.
-        "webhook_max_attempts": env.int("PORTAL_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=30),
-        # The wait after a delivery's first failed attempt, in seconds; x4 after each further one (+-20 % jitter).
-        "webhook_retry_seconds": env.int("PORTAL_WEBHOOK_RETRY_SECONDS", 10, minimum=1, maximum=86400),
-        # The longest wait between two attempts, in seconds (default 6 h).
-        "webhook_retry_max_seconds": env.int(
-            "PORTAL_WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600, minimum=1, maximum=7 * 86400
-        ),
-        # How often beat sends the deliveries that are due, in seconds.
-        "webhook_poll_seconds": env.int("PORTAL_WEBHOOK_POLL_SECONDS", 5, minimum=1, maximum=300),
-        # Logs and disk (jobs/executors/log_reader.py): a log line longer than this is shown cut, with a mark.
-        "log_line_max_bytes": env.int("PORTAL_LOG_LINE_MAX_BYTES", 16 * 1024, minimum=256, maximum=16 * 1024**2),
-        # A local job's log (per worker) stops growing at this size, with a line saying so; the job goes on.
-        "job_log_max_bytes": env.int("PORTAL_JOB_LOG_MAX_BYTES", 100 * 1024**2, minimum=4096),
-        # A local job whose folders (code, output, tmp, checkpoints, TensorBoard) hold more than this fails.
-        "job_disk_max_bytes": env.int("PORTAL_JOB_DISK_MAX_BYTES", 20 * 1024**3, minimum=1024**2),
-        # Finished jobs' folders, outputs and logs are deleted this many days after they ended; 0 keeps them.
-        "job_retention_days": env.int("PORTAL_JOB_RETENTION_DAYS", 30, minimum=0, maximum=36500),
-        # A cached job environment no job used for this many days is deleted; 0 keeps them.
-        "job_env_unused_days": env.int("PORTAL_JOB_ENV_UNUSED_DAYS", 14, minimum=0, maximum=36500),
     }
 
 
@@ -210,6 +216,7 @@ INSTALLED_APPS = [
     "channels",
     "axes",  # failed-login lock-outs (see "Login protection" below)
     # The portal's apps, bottom floor first (docs/architecture.md "The stack").
+    "core",  # heartbeats of worker, beat, watcher and the scheduling cycle (core/heartbeats.py)
     "accounts",
     "clusters",
     "quotas",
@@ -394,6 +401,18 @@ PORTAL_JOB_DISK_MAX_BYTES = _s["job_disk_max_bytes"]
 # Days after which a finished job's files are deleted (0: kept forever), and unused job environments.
 PORTAL_JOB_RETENTION_DAYS = _s["job_retention_days"]
 PORTAL_JOB_ENV_UNUSED_DAYS = _s["job_env_unused_days"]
+
+# --- Supervision and health (core/heartbeats.py, config/health.py, platform/supervisord.conf) ---
+# Beat's default scheduler, refreshing beat's heartbeat from its own tick.
+CELERY_BEAT_SCHEDULER = "core.heartbeats:BeatScheduler"
+PORTAL_HEARTBEAT_SECONDS = _s["heartbeat_seconds"]
+PORTAL_HEALTH_MAX_AGE = _s["health_max_age"]
+PORTAL_HEALTH_CYCLE_MAX_AGE = _s["health_cycle_max_age"] or 2 * _s["reconcile_seconds"] + 30
+if PORTAL_HEALTH_MAX_AGE < 2 * PORTAL_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured(
+        f"Invalid setting: PORTAL_HEALTH_MAX_AGE_SECONDS={PORTAL_HEALTH_MAX_AGE} must be at least twice "
+        f"PORTAL_HEARTBEAT_SECONDS={PORTAL_HEARTBEAT_SECONDS}, or a healthy process would look stale between beats"
+    )
 
 # --- Auth, i18n, static ------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
