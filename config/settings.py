@@ -5,172 +5,12 @@ PORTAL_DATA_ROOT, a filesystem Celery broker and a SQLite channel layer.
 Setting REDIS_URL switches the broker, cache and channel layer to Redis.
 """
 
-import ipaddress
-import secrets
-from datetime import timedelta
-from pathlib import Path
-
 import dj_database_url
-from csp import constants as _csp_constants
 from django.core.exceptions import ImproperlyConfigured
 
+from config.environment import BASE_DIR
+from config.environment import SETTINGS as _s
 from core.db_pool import PoolSizes as _PoolSizes
-from core.env import Env, EnvError
-
-BASE_DIR = Path(__file__).resolve().parent.parent
-env = Env()
-
-
-def _read_settings():
-    try:
-        return _settings_from_env()
-    except (EnvError, ValueError) as exc:
-        raise ImproperlyConfigured(f"Invalid setting: {exc}") from exc
-
-
-def _settings_from_env():
-    data_root = Path(env.str("PORTAL_DATA_ROOT", str(BASE_DIR / "var")))
-    if not data_root.is_absolute():
-        data_root = (BASE_DIR / data_root).resolve()
-    data_root.mkdir(parents=True, exist_ok=True)
-    return {
-        "data_root": data_root,
-        "secret_key": env.str("DJANGO_SECRET_KEY") or _local_secret_key(data_root),
-        "debug": env.bool("DJANGO_DEBUG", False),
-        "allowed_hosts": env.list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"]),
-        "csrf_trusted_origins": env.list("DJANGO_CSRF_TRUSTED_ORIGINS", []),
-        "database_url": env.url(
-            "DATABASE_URL", f"sqlite:///{data_root / 'portal.sqlite3'}", schemes=("sqlite", "postgres", "postgresql")
-        ),
-        "redis_url": env.url("REDIS_URL", None, schemes=("redis", "rediss", "unix")),
-        # PostgreSQL connection pool of each process (core/db_pool.py): the most connections; 0: no pool.
-        "db_pool_max": env.int("PORTAL_DB_POOL_MAX", 8, minimum=0, maximum=1000),
-        # Connections each process keeps open while idle.
-        "db_pool_min": env.int("PORTAL_DB_POOL_MIN", 1, minimum=0, maximum=1000),
-        # Seconds a request waits for a free connection before its 503 (a Celery task retries).
-        "db_pool_timeout": env.int("PORTAL_DB_POOL_TIMEOUT", 30, minimum=1, maximum=600),
-        # Processes holding a pool (make run: web, worker + its 2 children, beat, watcher), for the budget check.
-        "db_processes": env.int("PORTAL_DB_PROCESSES", 6, minimum=1, maximum=100000),
-        # Connections of max_connections left to all else (migrations, manage.py, psql, backups, monitoring).
-        "db_headroom": env.int("PORTAL_DB_HEADROOM", 10, minimum=0, maximum=100000),
-        "port": env.int("PORT", 8000, minimum=1, maximum=65535),
-        "throttle_anon": env.rate("PORTAL_THROTTLE_ANON", "60/minute"),
-        "throttle_user": env.rate("PORTAL_THROTTLE_USER", "3000/minute"),
-        "log_level": env.str("PORTAL_LOG_LEVEL", "INFO").upper(),
-        "reconcile_seconds": env.int("PORTAL_RECONCILE_SECONDS", 2, minimum=1, maximum=3600),
-        "tensorboard_idle_seconds": env.int("PORTAL_TENSORBOARD_IDLE_SECONDS", 1800, minimum=60, maximum=7 * 86400),
-        "artifact_root": _absolute(Path(env.str("PORTAL_ARTIFACT_ROOT", str(data_root / "artifacts")))),
-        "artifact_import_dirs": [_absolute(Path(p)) for p in env.list("PORTAL_ARTIFACT_IMPORT_DIRS", [])],
-        "artifact_max_bytes": env.int("PORTAL_ARTIFACT_MAX_BYTES", 20 * 1024**3, minimum=1),
-        "webhook_allow_private": env.bool("PORTAL_WEBHOOK_ALLOW_PRIVATE", False),
-        "metrics_token": env.str("PORTAL_METRICS_TOKEN"),
-        "metrics_allow": _networks(
-            "PORTAL_METRICS_ALLOW", env.list("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
-        ),
-        "bench": env.bool("PORTAL_BENCH", False),
-        # Logs and disk (jobs/executors/log_reader.py): a log line longer than this is shown cut, with a mark.
-        "log_line_max_bytes": env.int("PORTAL_LOG_LINE_MAX_BYTES", 16 * 1024, minimum=256, maximum=16 * 1024**2),
-        # A local job's log (per worker) stops growing at this size, with a line saying so; the job goes on.
-        "job_log_max_bytes": env.int("PORTAL_JOB_LOG_MAX_BYTES", 100 * 1024**2, minimum=4096),
-        # A local job whose folders (code, output, tmp, checkpoints, TensorBoard) hold more than this fails.
-        "job_disk_max_bytes": env.int("PORTAL_JOB_DISK_MAX_BYTES", 20 * 1024**3, minimum=1024**2),
-        # Finished jobs' folders, outputs and logs are deleted this many days after they ended; 0 keeps them.
-        "job_retention_days": env.int("PORTAL_JOB_RETENTION_DAYS", 30, minimum=0, maximum=36500),
-        # A cached job environment no job used for this many days is deleted; 0 keeps them.
-        "job_env_unused_days": env.int("PORTAL_JOB_ENV_UNUSED_DAYS", 14, minimum=0, maximum=36500),
-        # Supervision (core/heartbeats.py): how often worker, beat and watcher refresh their heartbeat, seconds.
-        "heartbeat_seconds": env.int("PORTAL_HEARTBEAT_SECONDS", 5, minimum=1, maximum=300),
-        # A worker, beat or watcher heartbeat older than this (seconds) makes /healthz answer 503.
-        "health_max_age": env.int("PORTAL_HEALTH_MAX_AGE_SECONDS", 30, minimum=2, maximum=3600),
-        # The same for the last scheduling cycle; 0: twice PORTAL_RECONCILE_SECONDS plus 30 s.
-        "health_cycle_max_age": env.int("PORTAL_HEALTH_CYCLE_MAX_AGE_SECONDS", 0, minimum=0, maximum=86400),
-        # The edge (config/edge.py): the largest request body, in bytes, refused with 413 before it is read.
-        "max_request_bytes": env.int("PORTAL_MAX_REQUEST_BYTES", 4 * 1024**2, minimum=1024, maximum=1024**3),
-        # The same for predictions and feedback (POST /serve/...), which carry the model's inputs.
-        "serve_max_request_bytes": env.int(
-            "PORTAL_SERVE_MAX_REQUEST_BYTES", 16 * 1024**2, minimum=1024, maximum=1024**3
-        ),
-        # The deepest nesting of arrays and objects a JSON body may have (core/parsers.py).
-        "json_max_depth": env.int("PORTAL_JSON_MAX_DEPTH", 32, minimum=2, maximum=1000),
-        # Networks of the reverse proxies whose X-Forwarded-For / -Proto are believed (config/asgi.py); none by default.
-        "trusted_proxies": _networks("PORTAL_TRUSTED_PROXIES", env.list("PORTAL_TRUSTED_PROXIES", [])),
-        # Webhook outbox (webhooks/outbox.py): attempts at one delivery before it is marked failed.
-        "webhook_max_attempts": env.int("PORTAL_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=30),
-        # The wait after a delivery's first failed attempt, in seconds; x4 after each further one (+-20 % jitter).
-        "webhook_retry_seconds": env.int("PORTAL_WEBHOOK_RETRY_SECONDS", 10, minimum=1, maximum=86400),
-        # The longest wait between two attempts, in seconds (default 6 h).
-        "webhook_retry_max_seconds": env.int(
-            "PORTAL_WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600, minimum=1, maximum=7 * 86400
-        ),
-        # How often beat sends the deliveries that are due, in seconds.
-        "webhook_poll_seconds": env.int("PORTAL_WEBHOOK_POLL_SECONDS", 5, minimum=1, maximum=300),
-        # Login protection (accounts/login.py, django-axes): wrong passwords before a lock-out, per account/address.
-        "login_failure_limit": env.int("PORTAL_LOGIN_FAILURE_LIMIT", 10, minimum=1, maximum=1000),
-        # How long a lock-out lasts, in minutes; 0 keeps it until an admin lifts it.
-        "login_lockout_minutes": env.int("PORTAL_LOGIN_LOCKOUT_MINUTES", 15, minimum=0, maximum=7 * 24 * 60),
-        # What failures are counted by: username, ip_address, or username+ip_address (the pair); comma-separated.
-        "login_lockout_parameters": _lockout_parameters(
-            env.list("PORTAL_LOGIN_LOCKOUT_BY", ["username", "ip_address"])
-        ),
-        # The longest lifetime a new API token may be given, in days; 0: no bound, and tokens may never expire.
-        "token_max_days": env.int("PORTAL_TOKEN_MAX_DAYS", 0, minimum=0, maximum=3650),
-        # Sessions, sockets and headers: the portal is served over HTTPS (Secure cookies, HSTS; platform/README.md).
-        "https": env.bool("PORTAL_HTTPS", False),
-        # With PORTAL_HTTPS: how long browsers keep to HTTPS (Strict-Transport-Security max-age), seconds; 0: no HSTS.
-        "hsts_seconds": env.int("PORTAL_HSTS_SECONDS", 3600, minimum=0, maximum=2 * 365 * 86400),
-        # With PORTAL_HTTPS: HSTS covers every subdomain of the portal's host too.
-        "hsts_subdomains": env.bool("PORTAL_HSTS_INCLUDE_SUBDOMAINS", False),
-        # With PORTAL_HTTPS: HSTS asks to be preloaded into browsers (needs subdomains and a year or more).
-        "hsts_preload": env.bool("PORTAL_HSTS_PRELOAD", False),
-        # With PORTAL_HTTPS: plain-HTTP requests are redirected to HTTPS (not /healthz and /metrics).
-        "ssl_redirect": env.bool("PORTAL_SSL_REDIRECT", False),
-        # Open websockets check again this often (seconds) that their session or API token still holds.
-        "ws_recheck_seconds": env.int("PORTAL_WS_RECHECK_SECONDS", 60, minimum=1, maximum=3600),
-    }
-
-
-def _lockout_parameters(values: list[str]) -> list:
-    """PORTAL_LOGIN_LOCKOUT_BY as django-axes' AXES_LOCKOUT_PARAMETERS: ``a+b`` counts the pair together."""
-    known = {"username", "ip_address"}
-    parameters: list = []
-    for value in values:
-        parts = value.split("+")
-        if not set(parts) <= known:
-            raise EnvError(
-                f"PORTAL_LOGIN_LOCKOUT_BY: {value!r} is not one of username, ip_address, username+ip_address"
-            )
-        parameters.append(parts[0] if len(parts) == 1 else parts)
-    return parameters
-
-
-def _networks(name: str, values: list[str]) -> list:
-    """CIDRs such as ``10.0.0.0/8``; ``none`` alone allows no network (the metrics token only)."""
-    if values == ["none"]:
-        return []
-    try:
-        return [ipaddress.ip_network(value) for value in values]
-    except ValueError as exc:
-        raise EnvError(f"{name}: {exc} (give comma-separated networks such as 10.0.0.0/8,::1/128, or none)") from None
-
-
-def _absolute(path: Path) -> Path:
-    return path if path.is_absolute() else (BASE_DIR / path).resolve()
-
-
-def _local_secret_key(data_root: Path) -> str:
-    """Generate the key once into the data root, so sessions survive restarts of a local install."""
-    path = data_root / "secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
-
-
-_s = _read_settings()
-if _s["log_level"] not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
-    raise ImproperlyConfigured(
-        f"Invalid setting: PORTAL_LOG_LEVEL={_s['log_level']!r} is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
-    )
 
 PORTAL_DATA_ROOT = _s["data_root"]
 PORTAL_PORT = _s["port"]
@@ -236,6 +76,8 @@ MIDDLEWARE = [
     # NUL and other control characters in the address, query parameters and form fields: a 400 naming them.
     "config.parameters.ControlCharactersMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy (django-csp; CONTENT_SECURITY_POLICY in config/settings_security.py).
+    "frontend.csp.PortalCSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -425,27 +267,6 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
-# --- Login protection and API tokens (accounts/login.py, accounts/tokens.py) ---
-# axes first: it refuses a locked-out account or address before any password is checked, on every path that
-# calls authenticate() (the login page, the Django admin, POST /api/v1/auth/token/). The second backend is
-# Django's ModelBackend that also writes the "login" audit entry.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "accounts.login.PasswordBackend"]
-AXES_FAILURE_LIMIT = _s["login_failure_limit"]
-AXES_COOLOFF_TIME = timedelta(minutes=_s["login_lockout_minutes"]) if _s["login_lockout_minutes"] else None
-AXES_LOCKOUT_PARAMETERS = _s["login_lockout_parameters"]
-# The address is REMOTE_ADDR, which the ASGI layer sets to the real client behind trusted proxies: never a header.
-AXES_CLIENT_IP_CALLABLE = "accounts.login.client_address"
-AXES_LOCKOUT_CALLABLE = "accounts.login.lockout_response"
-# Tries while locked out do not push the end of the lock-out back: the time the page gives holds.
-AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
-# A right password does not forget earlier failures: that would also forget the address's, and one valid
-# account would then let an address guess others' passwords without end.
-AXES_RESET_ON_SUCCESS = False
-AXES_DISABLE_ACCESS_LOG = True  # sign-ins, sign-outs and lock-outs are in the portal's audit log instead
-AXES_SENSITIVE_PARAMETERS = ["password"]
-AXES_VERBOSE = False
-PORTAL_TOKEN_MAX_DAYS = _s["token_max_days"]
-
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 # The portal's own catalogues (templates, views, portal.js); compiled .mo files are committed so that
@@ -469,56 +290,6 @@ WHITENOISE_USE_FINDERS = True
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "SAMEORIGIN"
 
-# --- Sessions, sockets and headers (frontend/csp.py, frontend/ws_*.py; platform/README.md "Serving over HTTPS") ---
-# Open websockets look again this often whether their session or API token still holds (they also close at once
-# on logout and revocation: frontend/ws_sessions.py).
-PORTAL_WS_RECHECK_SECONDS = _s["ws_recheck_seconds"]
-# Off by default: `make run` serves http://127.0.0.1, where Secure cookies would never be sent back.
-PORTAL_HTTPS = _s["https"]
-SESSION_COOKIE_SECURE = PORTAL_HTTPS
-CSRF_COOKIE_SECURE = PORTAL_HTTPS
-# Django sends HSTS only on HTTPS answers (request.is_secure(): behind a proxy, PORTAL_TRUSTED_PROXIES).
-SECURE_HSTS_SECONDS = _s["hsts_seconds"] if PORTAL_HTTPS else 0
-SECURE_HSTS_INCLUDE_SUBDOMAINS = PORTAL_HTTPS and _s["hsts_subdomains"]
-SECURE_HSTS_PRELOAD = PORTAL_HTTPS and _s["hsts_preload"]
-SECURE_SSL_REDIRECT = PORTAL_HTTPS and _s["ssl_redirect"]
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # probes and scrapers inside the cluster speak plain HTTP
-for _name, _needs in (("PORTAL_SSL_REDIRECT", "ssl_redirect"), ("PORTAL_HSTS_PRELOAD", "hsts_preload")):
-    if _s[_needs] and not PORTAL_HTTPS:
-        raise ImproperlyConfigured(
-            f"Invalid setting: {_name}=true needs PORTAL_HTTPS=true (the portal is served over HTTPS)"
-        )
-if SECURE_HSTS_PRELOAD and not (SECURE_HSTS_INCLUDE_SUBDOMAINS and SECURE_HSTS_SECONDS >= 365 * 86400):
-    raise ImproperlyConfigured(
-        "Invalid setting: PORTAL_HSTS_PRELOAD=true needs PORTAL_HSTS_INCLUDE_SUBDOMAINS=true and "
-        "PORTAL_HSTS_SECONDS of at least 31536000 (one year): browsers' preload lists accept nothing less"
-    )
-SECURE_CONTENT_TYPE_NOSNIFF = True
-SECURE_REFERRER_POLICY = "same-origin"
-SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
-# No script reads the CSRF cookie: portal.js sends the token of the page's own forms, Swagger UI and the
-# browsable API the one rendered into them.
-CSRF_COOKIE_HTTPONLY = True
-# Content-Security-Policy (django-csp 4): no inline script or style without the request's nonce, nothing from
-# other sites, no framing by others. frontend.csp adds the websocket origins of the host a page was served from.
-MIDDLEWARE.insert(
-    MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1, "frontend.csp.PortalCSPMiddleware"
-)
-CONTENT_SECURITY_POLICY = {
-    "DIRECTIVES": {
-        "default-src": ["'self'"],
-        "script-src": ["'self'", _csp_constants.NONCE],
-        "style-src": ["'self'", _csp_constants.NONCE],
-        "img-src": ["'self'", "data:"],  # Swagger UI's and uPlot's icons are data: URLs
-        "connect-src": ["'self'"],
-        "frame-src": ["'self'"],  # the job page's TensorBoard
-        "frame-ancestors": ["'self'"],
-        "object-src": ["'none'"],
-        "base-uri": ["'self'"],
-        "form-action": ["'self'"],
-    },
-}
-
 # --- REST framework ----------------------------------------------------------
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header makes anonymous calls 401, not 403.
@@ -537,27 +308,19 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
+    # Throttles identify anonymous callers by REMOTE_ADDR, never by X-Forwarded-For (rest_framework.throttling);
+    # the ASGI layer sets REMOTE_ADDR from trusted proxies only (PORTAL_TRUSTED_PROXIES).
+    "NUM_PROXIES": 0,
+    # JSON bodies: nesting capped at PORTAL_JSON_MAX_DEPTH, NUL refused (core/parsers.py); forms as before.
+    "DEFAULT_PARSER_CLASSES": [
+        "core.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 
-# --- The edge: request limits, JSON errors, trusted proxies (config/edge.py, config/asgi.py) ---
-# Bodies over these are answered 413 at the ASGI layer, before Django reads them or anyone is authenticated.
-PORTAL_MAX_REQUEST_BYTES = _s["max_request_bytes"]
-PORTAL_SERVE_MAX_REQUEST_BYTES = _s["serve_max_request_bytes"]
-# Django's own check (on request.body / request.POST) stays behind the edge's: it never refuses what the edge let in.
-DATA_UPLOAD_MAX_MEMORY_SIZE = max(PORTAL_MAX_REQUEST_BYTES, PORTAL_SERVE_MAX_REQUEST_BYTES)
-PORTAL_JSON_MAX_DEPTH = _s["json_max_depth"]
-# X-Forwarded-For / X-Forwarded-Proto are applied to the ASGI scope (client address, scheme) by uvicorn's
-# ProxyHeadersMiddleware for peers in these networks only; REMOTE_ADDR and request.is_secure() are then right
-# everywhere, so Django needs no SECURE_PROXY_SSL_HEADER (which would believe the header from anyone).
-PORTAL_TRUSTED_PROXIES = _s["trusted_proxies"]
-# DRF's throttles identify anonymous callers by REMOTE_ADDR, never by X-Forwarded-For (rest_framework.throttling).
-REST_FRAMEWORK["NUM_PROXIES"] = 0
-# JSON bodies: nesting capped at PORTAL_JSON_MAX_DEPTH, NUL refused (core/parsers.py); forms as before.
-REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
-    "core.parsers.JSONParser",
-    "rest_framework.parsers.FormParser",
-    "rest_framework.parsers.MultiPartParser",
-]
+# Login protection, sessions, sockets, headers and the edge's limits.
+from config.settings_security import *  # noqa: E402, F403
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",

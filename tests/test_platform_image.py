@@ -88,7 +88,7 @@ def test_it_starts_the_procfiles_command_lines_in_the_image(image_tree):
         "--loop",
         "uvloop",
         "--ws",
-        "websockets",
+        "websockets-sansio",
         "--lifespan",
         "off",
         "--no-server-header",
