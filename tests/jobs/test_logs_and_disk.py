@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import shutil
 import uuid
 from pathlib import Path
 
@@ -55,15 +56,19 @@ def counted_reads(monkeypatch):
 
 
 @pytest.mark.django_db
-def test_a_50_mb_line_is_answered_cut_and_marked_after_reading_a_bounded_number_of_bytes(world, counted_reads):
+def test_a_50_mb_line_is_answered_cut_and_marked_after_reading_a_bounded_number_of_bytes(world, counted_reads, request):
     created = submit(world, world.alice, code_url="file:///nowhere", command="true")
     Job.objects.filter(pk=created["id"]).update(status="succeeded", run_id=f"{created['id']}-{uuid.uuid4().hex[:8]}")
     job = Job.objects.get(pk=created["id"])
     folder = run_dir(job)
     (folder / "logs").mkdir(parents=True)
+    # Whose run this is (launch.json's job key), as the executor writes it: without it the folder would be taken
+    # as a run of any later job with the same id in the shared data root (models_registry.selectors.job_run_dirs).
+    (folder / "launch.json").write_text(json.dumps({"job": {"job_key": job.storage_key}}))
     (folder / "state.json").write_text(json.dumps({"phase": "succeeded"}))
     with open(folder / "logs" / "worker-0.log", "wb") as log:
         log.write(b"epoch 1\n" + b"x" * MB50 + b"\nepoch 2\n")
+    request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))  # 50 MB of a fabricated run
 
     api = world.api(world.alice)
     answer = api.get(f"/api/v1/jobs/{job.pk}/logs/").content.decode()
