@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connections
 from rest_framework.test import APIClient
 
 from accounts.tokens import token_create
@@ -34,6 +35,22 @@ class World:
             _, key = token_create(user=user, name="tests")
             client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
         return client
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix) -> None:
+    """Before pytest-django creates the test databases: close every connection pool opened so far.
+
+    Django's PostgreSQL pool (OPTIONS["pool"]) keeps its connections to the database it was opened on, and
+    creating the test database closes the connection but not the pool (django/db/backends/postgresql/creation.py
+    closes it only when cloning or destroying). Anything that touched the database before (an import at
+    collection time) would leave this process migrating and testing the real DATABASE_URL database while the
+    portal processes the tests start use the test database, which stays empty. tests/processes.py checks it.
+    """
+    for connection in connections.all(initialized_only=True):
+        connection.close()
+        if connection.vendor == "postgresql":
+            connection.close_pool()
 
 
 @pytest.fixture

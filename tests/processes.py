@@ -24,6 +24,10 @@ def test_database_url() -> str:
     db = connection.settings_dict
     if db["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{db['NAME']}"
+    with connection.cursor() as cursor:  # the database this process really uses (a pool keeps its first one)
+        cursor.execute("SELECT current_database()")
+        (current,) = cursor.fetchone()
+    assert current == db["NAME"], f"this test process is on database {current!r}, not the test database {db['NAME']!r}"
     auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
