@@ -49,8 +49,9 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix) -
     """
     for connection in connections.all(initialized_only=True):
         connection.close()
-        if connection.vendor == "postgresql":
-            connection.close_pool()
+        close_pool = getattr(connection, "close_pool", None)  # PostgreSQL's wrapper only
+        if close_pool is not None:
+            close_pool()
 
 
 @pytest.fixture
