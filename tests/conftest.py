@@ -45,13 +45,27 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix) -
     creating the test database closes the connection but not the pool (django/db/backends/postgresql/creation.py
     closes it only when cloning or destroying). Anything that touched the database before (an import at
     collection time) would leave this process migrating and testing the real DATABASE_URL database while the
-    portal processes the tests start use the test database, which stays empty. tests/processes.py checks it.
+    portal processes the tests start use the test database, which stays empty. django_db_setup below checks it.
     """
     for connection in connections.all(initialized_only=True):
         connection.close()
         close_pool = getattr(connection, "close_pool", None)  # PostgreSQL's wrapper only
         if close_pool is not None:
             close_pool()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker) -> None:
+    """pytest-django's, then a check that this process really is on the test database it created."""
+    with django_db_blocker.unblock():
+        for connection in connections.all():
+            if connection.vendor != "postgresql":
+                continue
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT current_database()")
+                (current,) = cursor.fetchone()
+            wanted = connection.settings_dict["NAME"]
+            assert current == wanted, f"the test process is on database {current!r}, not the test database {wanted!r}"
 
 
 @pytest.fixture

@@ -24,10 +24,6 @@ def test_database_url() -> str:
     db = connection.settings_dict
     if db["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{db['NAME']}"
-    with connection.cursor() as cursor:  # the database this process really uses (a pool keeps its first one)
-        cursor.execute("SELECT current_database()")
-        (current,) = cursor.fetchone()
-    assert current == db["NAME"], f"this test process is on database {current!r}, not the test database {db['NAME']!r}"
     auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
@@ -83,11 +79,9 @@ class Processes:
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         """``env``: settings of this process on top of process_env()'s."""
-        log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
-        process = subprocess.Popen(
-            argv, cwd=ROOT, env=process_env() | (env or {}), stdout=log, stderr=subprocess.STDOUT
-        )
-        log.close()
+        full_env = process_env() | (env or {})
+        with open(self.log_dir / f"{name}.log", "wb") as log:  # the child keeps its own copy of the descriptor
+            process = subprocess.Popen(argv, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
         self.running.append((name, process))
         return process
 
