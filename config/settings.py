@@ -81,6 +81,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
+    # Times in the reader's time zone (the portal_tz cookie portal.js sets from the browser).
+    "frontend.timezones.ReaderTimeZoneMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -273,6 +275,8 @@ LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 # a machine without gettext serves Chinese too.
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
+# The portal's English date formats (config/formats/en): "3 Dec 2026, 22:15", not "Dec. 3, 2026, 10:15 p.m.".
+FORMAT_MODULE_PATH = ["config.formats"]
 USE_I18N = True
 USE_TZ = True
 

@@ -15,6 +15,16 @@
 (function () {
   "use strict";
 
+  // The reader's time zone for the server (frontend/timezones.py): pages rendered after this show local times.
+  (function rememberTimeZone() {
+    try {
+      var zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+      if (zone && /^[A-Za-z0-9_+\/-]+$/.test(zone) && document.cookie.indexOf("portal_tz=" + zone) === -1) {
+        document.cookie = "portal_tz=" + zone + "; path=/; max-age=31536000; SameSite=Lax";
+      }
+    } catch (error) { /* an old browser: times stay in UTC */ }
+  })();
+
   var gettext = window.gettext || function (text) { return text; };
   var interpolate = window.interpolate || function (format, values, named) {
     return format.replace(/%\((\w+)\)s/g, function (match, name) { return String(values[name]); });
