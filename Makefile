@@ -75,7 +75,8 @@ run: migrate sandbox
 	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py demo --url "http://127.0.0.1:$(PORT)/"
 	@echo "Starting web, worker, beat (scheduler) and watcher under supervisord: a crashed one is restarted,"
-	@echo "logs in $${PORTAL_DATA_ROOT:-var}/logs, health at http://127.0.0.1:$(PORT)/healthz; Ctrl-C stops them all."
+	@echo "logs in $${PORTAL_DATA_ROOT:-var}/logs, health at http://127.0.0.1:$(PORT)/healthz; Ctrl-C stops them all,"
+	@echo "and the TensorBoards and model servers they started (running jobs keep running and are adopted again)."
 	sh platform/supervise.sh
 
 # The browser tests (tests/browser) drive Debian's Chromium, never a browser Playwright downloads.

@@ -6,6 +6,7 @@ without moving data."""
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from core.validators import dns_label
 
@@ -80,6 +81,8 @@ class ApiToken(models.Model):
     class Meta:
         db_table = "quotas_apitoken"
         ordering = ["-created_at", "-id"]
+        verbose_name = _("API token")
+        verbose_name_plural = _("API tokens")
 
     def __str__(self):
         return f"{self.user} {self.name} ({self.prefix}...)"

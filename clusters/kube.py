@@ -142,7 +142,9 @@ class Kube:
         content_type: str = "application/json",
         stream: bool = False,
         timeout: float | None = None,
+        retries: int | None = None,
     ):
+        retries = self.retries if retries is None else retries
         attempt = 0
         while True:
             try:
@@ -167,11 +169,28 @@ class Kube:
                     ) from exc
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 error = KubeError(f"{method} {path}: no answer from the API server ({exc})", permanent=False)
-            if attempt >= self.retries:
+            if attempt >= retries:
                 raise error
             log.info("retrying %s %s after: %s", method, path, error)
             self.sleep(self.backoff * 2**attempt)
             attempt += 1
+
+    # -- health (clusters.health decides what the answers mean)
+
+    def probe(self, kinds: list[tuple[str, str]], *, timeout: float = 3.0) -> set[str]:
+        """Which of ``kinds`` (apiVersion, kind) the API server serves; one try each, no retries (a health check
+        must be quick). Raises KubeError when the server does not answer or refuses the portal."""
+        self._call("GET", "/version", timeout=timeout, retries=0)
+        served = set()
+        for api_version, kind in kinds:
+            try:
+                self._call("GET", resource_path(api_version, kind), query=[("limit", 1)], timeout=timeout, retries=0)
+            except KubeError as exc:
+                if exc.status != 404:  # 404: no such resource, the CRD is not installed
+                    raise
+            else:
+                served.add(kind)
+        return served
 
     # -- objects
 

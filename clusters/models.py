@@ -6,8 +6,10 @@ without moving data."""
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from accounts.models import Department
+from clusters import health as cluster_health
 from core.validators import dns_label
 
 
@@ -22,6 +24,28 @@ class Cluster(models.Model):
     # for local, {"kubeconfig_context": "...", "namespace_prefix": "..."} for kubernetes.
     settings = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Health(models.TextChoices):
+        UNKNOWN = cluster_health.UNKNOWN, _("not checked yet")
+        REACHABLE = cluster_health.REACHABLE, _("reachable")
+        UNREACHABLE = cluster_health.UNREACHABLE, _("unreachable")
+        NOT_READY = cluster_health.NOT_READY, _("not ready")
+
+    class HealthReason(models.TextChoices):
+        RENDERING_ONLY = cluster_health.RENDERING_ONLY, _("rendering-only example, no cluster behind it")
+        NO_CONNECTION_SETTINGS = cluster_health.NO_CONNECTION_SETTINGS, _("no connection settings")
+        SETTINGS_INVALID = cluster_health.SETTINGS_INVALID, _("its settings are invalid")
+        API_UNANSWERED = cluster_health.API_UNANSWERED, _("the API server does not answer")
+        OPERATOR_MISSING = cluster_health.OPERATOR_MISSING, _("the Training Operator is not installed")
+        EXECUTOR_BROKEN = cluster_health.EXECUTOR_BROKEN, _("its executor does not work on this host")
+
+    # The last check (clusters.services.cluster_health_refresh): its state, why, its detail, when it was made
+    # and since when the cluster is in this state (the grace period before its jobs are requeued counts from it).
+    health = models.CharField(max_length=20, choices=Health.choices, default=Health.UNKNOWN, editable=False)
+    health_reason = models.CharField(max_length=40, choices=HealthReason.choices, blank=True, editable=False)
+    health_message = models.CharField(max_length=500, blank=True, editable=False)
+    health_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    health_since = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "quotas_cluster"
@@ -57,6 +81,8 @@ class GpuPool(models.Model):
         db_table = "quotas_gpupool"
         constraints = [models.UniqueConstraint(fields=["cluster", "gpu_type"], name="one_pool_per_gpu_type")]
         ordering = ["cluster__name", "gpu_type"]
+        verbose_name = _("GPU pool")
+        verbose_name_plural = _("GPU pools")
 
     def __str__(self):
         return f"{self.cluster}/{self.gpu_type}"
@@ -93,7 +119,7 @@ class Storage(models.Model):
             ),
         ]
         ordering = ["department__slug", "name"]
-        verbose_name_plural = "storage"
+        verbose_name_plural = _("storage")
 
     def __str__(self):
         return f"{self.department}/{self.name}"

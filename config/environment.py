@@ -53,6 +53,8 @@ def _settings_from_env():
         "throttle_user": env.rate("PORTAL_THROTTLE_USER", "3000/minute"),
         "log_level": env.str("PORTAL_LOG_LEVEL", "INFO").upper(),
         "reconcile_seconds": env.int("PORTAL_RECONCILE_SECONDS", 2, minimum=1, maximum=3600),
+        # Jobs holding GPUs on a cluster that became unreachable go back to the queue after this many seconds.
+        "cluster_grace_seconds": env.int("PORTAL_CLUSTER_GRACE_SECONDS", 300, minimum=0, maximum=7 * 86400),
         "tensorboard_idle_seconds": env.int("PORTAL_TENSORBOARD_IDLE_SECONDS", 1800, minimum=60, maximum=7 * 86400),
         "artifact_root": _absolute(Path(env.str("PORTAL_ARTIFACT_ROOT", str(data_root / "artifacts")))),
         "artifact_import_dirs": [_absolute(Path(p)) for p in env.list("PORTAL_ARTIFACT_IMPORT_DIRS", [])],

@@ -16,6 +16,8 @@ PORTAL_DATA_ROOT = _s["data_root"]
 PORTAL_PORT = _s["port"]
 # A TensorBoard nobody has opened for this long is stopped (tensorboards.tasks.reconcile_tensorboards).
 PORTAL_TENSORBOARD_IDLE_SECONDS = _s["tensorboard_idle_seconds"]
+# Jobs holding GPUs on a cluster that became unreachable are requeued after this (jobs/running.py).
+PORTAL_CLUSTER_GRACE_SECONDS = _s["cluster_grace_seconds"]
 # Registered model versions keep a copy of their artifact here (models_registry/artifacts.py).
 PORTAL_ARTIFACT_ROOT = _s["artifact_root"]
 # Folders from which a version may be registered by a file:// URI (copied into the store); none by default.

@@ -60,6 +60,8 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 # No script reads the CSRF cookie: portal.js sends the token of the page's own forms, Swagger UI and the
 # browsable API the one rendered into them.
 CSRF_COOKIE_HTTPONLY = True
+# A refused form is the portal's page saying what to do (JSON under /api/ and /serve/): config/errors.py.
+CSRF_FAILURE_VIEW = "config.errors.csrf_failure"
 # Content-Security-Policy (django-csp 4): no inline script or style without the request's nonce, nothing from
 # other sites, no framing by others. frontend.csp (in MIDDLEWARE, config/settings.py) adds the websocket origins
 # of the host a page was served from.

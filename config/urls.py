@@ -1,10 +1,16 @@
 from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
+from django.utils.translation import gettext_lazy as _
 from django.views.i18n import JavaScriptCatalog
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.health import healthz, healthz_live, healthz_ready
+
+# The Django admin site is the platform admins' ("Platform admin" in the portal's header).
+admin.site.site_header = _("GPU Portal administration")
+admin.site.site_title = _("GPU Portal admin")
+admin.site.index_title = _("Platform administration")
 
 api_v1 = [
     path("", include("accounts.urls")),
@@ -35,6 +41,7 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["frontend"]), name="javascript-catalog"),
     path("tensorboard/", include("tensorboards.proxy")),
+    path("tensorboards/", include("tensorboards.urls_ui")),  # the portal's page of a comparison board
     path("serve/", include("serving.router")),
     path("deployments/", include("serving.urls_ui")),
     path("models/", include("models_registry.urls_ui")),
@@ -42,7 +49,7 @@ urlpatterns = [
     path("", include("frontend.urls")),
 ]
 
-# Under /api/ and /serve/ errors are JSON {"detail": ...}; pages keep Django's own (config/errors.py).
+# Under /api/ and /serve/ errors are JSON {"detail": ...}; pages get the portal's own (config/errors.py).
 handler400 = "config.errors.bad_request"
 handler403 = "config.errors.permission_denied"
 handler404 = "config.errors.page_not_found"

@@ -40,9 +40,12 @@ PRIORITIES = [("high", 1000, False), ("normal", 500, True), ("low", 100, True)]
 LOCAL_SETTINGS = {"allow_local_code": True, "grace_seconds": 30, "isolation": "sandbox", "setup_timeout_seconds": 1800}
 # A Kubernetes cluster the demo cannot reach but can render manifests for (manage.py render_manifests):
 # pools as (GPU type, nodes, GPUs per node, GPU memory GB, shareable); each department gets half of each.
+# "rendering_only" marks it so (clusters/health.py): it is never connected to, the pages and selectors say
+# "rendering-only example", and jobs and image builds sent to it are refused at once.
 K8S_DEMO = "k8s-demo"
 K8S_DEMO_POOLS = [("V100", 4, 8, 32, False), ("T4", 8, 4, 16, True)]
 K8S_DEMO_SETTINGS = {
+    "rendering_only": True,
     "namespace_prefix": "portal-",
     "gpu_resource": "nvidia.com/gpu",
     "shared_gpu_resource": "aliyun.com/gpu-mem",  # ACK cGPU: GiB of GPU memory

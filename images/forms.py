@@ -8,8 +8,30 @@ from django.utils.translation import gettext_lazy as _
 
 from accounts import selectors as account_selectors
 from clusters.models import Cluster
+from clusters.services import cluster_choice_label, cluster_health
 from core.code_url import MAX_CODE_URL
 from images.models import FrameworkImage
+
+
+class ClusterSelect(forms.Select):
+    """A cluster selector that shows the clusters taking nothing now disabled, their label saying why
+    ("k8s-demo (unreachable: no connection settings)"); the service still refuses them if sent."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.disabled_values: set[str] = set()
+
+    def create_option(self, name, value, *args, **kwargs):
+        option = super().create_option(name, value, *args, **kwargs)
+        if str(value) in self.disabled_values:
+            option["attrs"]["disabled"] = True
+        return option
+
+
+def cluster_choices(clusters, field: forms.ChoiceField) -> None:
+    """Offer ``clusters`` in ``field`` (a ClusterSelect), each labelled with its health; unusable ones disabled."""
+    field.choices = [(c.name, cluster_choice_label(c)) for c in clusters]
+    field.widget.disabled_values = {c.name for c in clusters if not cluster_health(c).usable}
 
 
 class BuildForm(forms.Form):
@@ -19,7 +41,7 @@ class BuildForm(forms.Form):
         help_text=_("The name in the catalogue: lower-case letters, digits and '-', e.g. torch-audio."),
     )
     department = forms.ChoiceField(label=_("Department"))
-    cluster = forms.ChoiceField(label=_("Cluster"))
+    cluster = forms.ChoiceField(label=_("Cluster"), widget=ClusterSelect)
     framework = forms.ChoiceField(label=_("Framework"), choices=FrameworkImage.Framework.choices, initial="python")
     dockerfile = forms.CharField(
         label=_("Dockerfile"),
@@ -63,9 +85,11 @@ class BuildForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["department"].choices = [(d.slug, d.slug) for d in account_selectors.departments_usable(user=user)]
-        self.fields["cluster"].choices = [
-            (c.name, c.name) for c in Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES).order_by("pk")
-        ]
+        clusters = list(Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES).order_by("pk"))
+        cluster_choices(clusters, self.fields["cluster"])
+        usable = [c.name for c in clusters if c.name not in self.fields["cluster"].widget.disabled_values]
+        if usable and not self.is_bound:
+            self.initial.setdefault("cluster", usable[0])
 
     def submission(self) -> dict:
         """The service's input from the raw form data (types are simple: text and lists)."""

@@ -15,6 +15,7 @@ from accounts.models import Department
 from clusters.k8s import ClusterSettings, ManifestError
 from clusters.manifest_validation import DNS_1035
 from clusters.models import Cluster
+from clusters.services import cluster_health, cluster_refusal
 from core.code_url import GIT_REF, code_url_problem
 from core.errors import InvalidInput
 from core.requirements import pip_requirements
@@ -128,12 +129,22 @@ def _cluster(name: str, fail) -> Cluster | None:
             return None
     else:
         kubernetes = Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES).order_by("pk")
-        cluster = next((c for c in kubernetes if c.settings.get("build_registry")), None) or kubernetes.first()
+        usable = [c for c in kubernetes if cluster_health(c).usable]  # the stored health: no network call here
+        cluster = (
+            next((c for c in usable if c.settings.get("build_registry")), None)
+            or next((c for c in kubernetes if c.settings.get("build_registry")), None)
+            or next(iter(usable), None)
+            or kubernetes.first()
+        )
         if cluster is None:
             fail("cluster", "Image builds need a Kubernetes cluster, and this portal has none; ask a platform admin.")
             return None
     if cluster.backend != Cluster.Backend.KUBERNETES:
         fail("cluster", f"Image builds need a Kubernetes cluster; cluster {cluster.name} runs jobs as local processes.")
+        return None
+    refusal = cluster_refusal(cluster, what="image builds")
+    if refusal:
+        fail("cluster", refusal)
         return None
     try:
         build_settings(cluster)

@@ -18,6 +18,9 @@ from django.utils import timezone
 
 from accounts.models import Department
 from clusters.cluster_settings import setup_timeout_seconds
+from clusters.health import Health
+from clusters.health import refusal as cluster_health_refusal
+from clusters.services import cluster_health
 from core import heartbeats
 from jobs import lifecycle, live, tasks
 from jobs.models import Job
@@ -96,6 +99,7 @@ def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
                 "pool__cluster", "priority", "department"
             )
         }
+        _hold_for_unusable_clusters(queued)  # they wait, saying why, and are not offered to the scheduler
         if not queued:
             return Decisions()
         snapshot, holding = cycle_snapshot(queued=list(queued.values()))
@@ -125,6 +129,27 @@ def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
         # No transition tells their departments' open pages about these: say it once per department.
         live.queue_changed(jobs=moved)
     return decisions
+
+
+def _hold_for_unusable_clusters(queued: dict[int, Job]) -> None:
+    """Take out of ``queued`` the jobs whose cluster cannot take jobs now (its stored health, no network call):
+    they keep waiting with the reason ``cluster_unreachable`` and the cluster's message, and are admitted once
+    the reconcile finds it usable again."""
+    unusable: dict[int, Health] = {}
+    for job in queued.values():
+        found = cluster_health(job.pool.cluster)
+        if not found.usable:
+            unusable[job.pk] = found
+    moved = []
+    for job_id, found in unusable.items():
+        job = queued.pop(job_id)
+        message = cluster_health_refusal(job.pool.cluster.name, found) or ""
+        if (job.pending_reason, job.status_message) != ("cluster_unreachable", message) and Job.objects.filter(
+            pk=job.pk, status=lifecycle.QUEUED
+        ).update(pending_reason="cluster_unreachable", status_message=message, estimated_start=None):
+            job.pending_reason, job.status_message, job.estimated_start = "cluster_unreachable", message, None
+            moved.append(job)
+    live.queue_changed(jobs=moved)
 
 
 def _moved(before: datetime | None, after: datetime | None) -> bool:

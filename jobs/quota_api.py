@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 from accounts import permissions
 from accounts import selectors as account_selectors
 from clusters import selectors as cluster_selectors
+from clusters.services import cluster_health
 from core.api import visible_or_404
 from jobs import admission
 from jobs import usage as job_usage
@@ -274,6 +275,21 @@ class ClusterListApi(generics.ListAPIView):
         name = serializers.CharField()
         backend = serializers.CharField()
         pools = serializers.SerializerMethodField()
+        health = serializers.SerializerMethodField(
+            help_text="reachable, unreachable, not_ready (the Training Operator is missing) or unknown (not checked yet)"
+        )
+        health_reason = serializers.SerializerMethodField(help_text="why it takes no jobs, e.g. no_connection_settings")
+        health_message = serializers.SerializerMethodField()
+        health_checked_at = serializers.DateTimeField(allow_null=True)
+
+        def get_health(self, cluster) -> str:
+            return cluster_health(cluster).state
+
+        def get_health_reason(self, cluster) -> str:
+            return cluster_health(cluster).reason
+
+        def get_health_message(self, cluster) -> str:
+            return cluster_health(cluster).message
 
         def get_pools(self, cluster) -> list[dict]:
             return ClusterListApi.GpuPoolSerializer(cluster.pools.all(), many=True, context=self.context).data

@@ -14,11 +14,20 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from clusters import health
 from clusters.errors import ExecutorError
+from clusters.health import Health
 from clusters.models import Cluster
-from clusters.services import cluster_settings, executor_call, kube_for
+from clusters.services import (
+    cluster_health,
+    cluster_health_refresh,
+    cluster_settings,
+    executor_call,
+    kube_for,
+    local_executor_root,
+)
 from core.celery import TransientError
-from jobs import admission, lifecycle, tasks
+from jobs import admission, lifecycle, live, tasks
 from jobs.executor_specs import grace_seconds, job_spec, placement_of
 from jobs.executors.base import (
     CANCELLED,
@@ -51,7 +60,7 @@ CLOCK_SKEW = timedelta(seconds=5)
 def executor_for(cluster: Cluster) -> Executor:
     if cluster.backend == Cluster.Backend.LOCAL:
         return LocalExecutor(
-            settings.PORTAL_DATA_ROOT / "executors" / cluster.name,
+            local_executor_root(cluster),
             allow_local_code=bool(cluster.settings.get("allow_local_code", False)),
             isolation=str(cluster.settings.get("isolation", "sandbox")),
             protected_paths=(str(settings.PORTAL_DATA_ROOT), str(settings.BASE_DIR)),
@@ -87,6 +96,8 @@ def job_stop_on_executor(*, job_id: int) -> None:
         if job.preempt_requested_at and not job.cancel_requested_at:
             _requeue(job)  # nothing runs yet: give the GPUs back at once
         return
+    if not cluster_health_refresh(job.cluster).usable:
+        return  # nothing reaches it: the reconcile ends the job after the grace period (_cluster_unusable)
     executor_call(lambda: executor_for(job.cluster).cancel(job.run_id, grace_seconds(job)))
 
 
@@ -101,8 +112,12 @@ def job_launch(*, job_id: int) -> None:
     if job.preempt_requested_at:
         _requeue(job)
         return
-    executor = executor_for(job.cluster)
+    found = cluster_health_refresh(job.cluster)
+    if not found.usable:
+        _say_cluster_unusable(job, found)  # the reconcile requeues it after the grace period
+        return
     try:
+        executor = executor_for(job.cluster)
         executor.launch(job_spec(job), placement_of(job))
     except ExecutorError as exc:
         if not exc.permanent:
@@ -182,15 +197,24 @@ def job_observe(*, job: Job, state: ObservedState) -> bool:
     return False
 
 
-def jobs_reconcile() -> int:
-    """Compare every GPU-holding job with its executor; return how many ended. Runs periodically."""
+def jobs_reconcile(*, now: datetime | None = None) -> int:
+    """Compare every GPU-holding job with its executor; return how many ended. Runs periodically.
+
+    First the clusters' health is checked where the stored one is stale (clusters.services); the jobs of a
+    cluster that cannot be used are not polled: they are told so, and requeued after the grace period.
+    """
+    now = now or timezone.now()
+    _clusters_health(now)
     ended = 0
     active = list(Job.objects.filter(status__in=lifecycle.HOLDS_GPUS).select_related("cluster"))
     by_cluster: dict[int, list[Job]] = {}
     for job in active:
         by_cluster.setdefault(job.cluster_id, []).append(job)
-    now = timezone.now()
     for jobs in by_cluster.values():
+        found = cluster_health(jobs[0].cluster)
+        if not found.usable:
+            ended += _cluster_unusable(jobs, found, now)
+            continue
         executor = executor_for(jobs[0].cluster)
         launched = [job for job in jobs if job.launched_at is not None]
         for job in jobs:
@@ -224,17 +248,88 @@ def jobs_collect_garbage() -> dict[str, list[str]]:
     replaced by a requeue). Objects of jobs it knows stay: their pods keep the logs. Runs periodically."""
     deleted = {}
     for cluster in Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES):
-        executor = executor_for(cluster)
-        keep = set(Job.objects.filter(cluster=cluster).exclude(run_id="").values_list("run_id", flat=True))
-        deleted[cluster.name] = executor_call(lambda: executor.collect_garbage(keep))
-        if deleted[cluster.name]:
-            log.info("cluster %s: removed the objects of %d unknown jobs", cluster.name, len(deleted[cluster.name]))
+        if cluster_health(cluster).usable:  # an unusable one is collected when it is back (_clusters_health)
+            deleted[cluster.name] = _collect_garbage_of(cluster)
     return deleted
 
 
-def _requeue(job: Job, now=None, checkpoint_at: datetime | None = None) -> None:
+def _collect_garbage_of(cluster: Cluster) -> list[str]:
+    executor = executor_for(cluster)
+    keep = set(Job.objects.filter(cluster=cluster).exclude(run_id="").values_list("run_id", flat=True))
+    deleted = executor_call(lambda: executor.collect_garbage(keep))
+    if deleted:
+        log.info("cluster %s: removed the objects of %d unknown jobs", cluster.name, len(deleted))
+    return deleted
+
+
+# --- Clusters that cannot be used -----------------------------------------------------
+
+
+def _clusters_health(now: datetime) -> None:
+    """Check the clusters whose stored health is stale. A Kubernetes cluster that is back first loses what still
+    runs there of jobs requeued while it was away (their runs are no longer the portal's), before any admission."""
+    for cluster in Cluster.objects.all():
+        was_usable = cluster_health(cluster).usable
+        if cluster_health_refresh(cluster, now=now).usable and not was_usable:
+            if cluster.backend == Cluster.Backend.KUBERNETES:
+                try:
+                    _collect_garbage_of(cluster)
+                except (ExecutorError, TransientError) as exc:
+                    log.warning(
+                        "cluster %s: old runs not removed yet (the next collection tries again): %s", cluster.name, exc
+                    )
+
+
+def _cluster_unusable(jobs: list[Job], found: Health, now: datetime) -> int:
+    """The jobs holding GPUs on a cluster that cannot be used: each says so; past the grace period (counted from
+    when the cluster became unusable, or from the job's admission if later) each goes back to the queue (one
+    being cancelled ends cancelled) and gives its GPUs back. Returns how many gave their GPUs back."""
+    released = 0
+    grace = settings.PORTAL_CLUSTER_GRACE_SECONDS
+    for job in jobs:
+        since = max(filter(None, [job.cluster.health_since, job.admitted_at]), default=now)
+        if not health.requeue_due(unusable_since=since, now=now, grace_seconds=grace):
+            _say_cluster_unusable(job, found, requeue_at=since + timedelta(seconds=grace))
+            continue
+        try:
+            if job.cancel_requested_at:
+                message = (
+                    f"Cancelled. Its cluster {job.cluster.name} cannot be reached, so what ran there is removed when "
+                    "it is back."
+                )
+                _end(job, lifecycle.CANCELLED, reason="cancelled", message=message, run_id="")
+            else:
+                _requeue(job, now=now, cluster_unusable=found)
+        except StaleJob:
+            log.info("job %s moved while its cluster was unusable; the next reconcile sees it again", job.pk)
+            continue
+        released += 1
+    return released
+
+
+def _say_cluster_unusable(job: Job, found: Health, requeue_at: datetime | None = None) -> None:
+    """Put the cluster's state in the job's status message (once: only when the message changes)."""
+    what = "is not ready" if found.state == health.NOT_READY else "is unreachable"
+    message = f"Cluster {job.cluster.name} {what} ({health.short_reason(found)})."
+    if requeue_at is not None:
+        message += (
+            f" Unless it is back by {requeue_at.astimezone(UTC):%H:%M:%S} UTC, the job goes back to the queue then"
+            " and gives its GPUs back."
+        )
+    if job.status_message == message:
+        return
+    if Job.objects.filter(pk=job.pk, status__in=lifecycle.HOLDS_GPUS).update(status_message=message):
+        job.status_message = message
+        live.job_changed(job=job)
+
+
+def _requeue(job: Job, now=None, checkpoint_at: datetime | None = None, cluster_unusable: Health | None = None) -> None:
     """A preempted job goes back to the queue with its original submit time; the GPU-seconds of its run since
-    its last checkpoint (the whole run when it wrote no checkpoint marker during it) count as lost."""
+    its last checkpoint (the whole run when it wrote no checkpoint marker during it) count as lost.
+
+    ``cluster_unusable``: it goes back because its cluster stayed unusable past the grace period. Its run (if
+    it was launched) is then no longer the portal's: the cluster's garbage collection removes it when it is back.
+    """
     now = now or timezone.now()
     checkpoint_at = checkpoint_at or job.checkpoint_at
     lost, saved_at = _lost_gpu_seconds(gpus=job.gpus, run_start=job.admitted_at, checkpoint_at=checkpoint_at, now=now)
@@ -242,6 +337,13 @@ def _requeue(job: Job, now=None, checkpoint_at: datetime | None = None) -> None:
         "reclaim": "its department's borrowed GPUs were reclaimed",
         "priority": "a higher-priority job needed its GPUs",
     }
+    reason = job.preempt_reason or "preempted"
+    if cluster_unusable is not None:
+        reason = "cluster_unreachable"
+        why[reason] = (
+            f"its cluster {job.cluster.name} stayed unusable for {settings.PORTAL_CLUSTER_GRACE_SECONDS} s "
+            f"({health.short_reason(cluster_unusable)})"
+        )
     if saved_at is not None:
         since = f"since its last checkpoint at {timezone.localtime(saved_at):%H:%M:%S}"
     else:
@@ -250,9 +352,9 @@ def _requeue(job: Job, now=None, checkpoint_at: datetime | None = None) -> None:
     job_transition(
         job=job,
         to=lifecycle.PREEMPTED,
-        reason=job.preempt_reason or "preempted",
+        reason=reason,
         now=now,
-        message=f"Stopped because {why.get(job.preempt_reason, 'it was preempted')}; {lost:.0f} GPU-seconds lost {since}.",
+        message=f"Stopped because {why.get(reason, 'it was preempted')}; {lost:.0f} GPU-seconds lost {since}.",
         lost_gpu_seconds=job.lost_gpu_seconds + lost,
         preemptions=job.preemptions + 1,
         **changes,
@@ -273,6 +375,7 @@ def _requeue(job: Job, now=None, checkpoint_at: datetime | None = None) -> None:
         admitted_at=None,
         launched_at=None,
         started_at=None,  # run_id stays: its logs show until the next run starts
+        **({"run_id": ""} if cluster_unusable is not None else {}),  # not the portal's any more: collected
     )
     admission.scheduling_cycle()
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 
-from django.db.models import Q, QuerySet
+from django.db.models import Case, F, FloatField, Func, IntegerField, Q, QuerySet, Value, When
+from django.db.models.functions import Coalesce
 
 from accounts import permissions
 from jobs import lifecycle
@@ -27,6 +29,86 @@ def jobs_for(
     if search:
         jobs = jobs.filter(Q(name__icontains=search) | Q(command__icontains=search) | Q(code_url__icontains=search))
     return jobs
+
+
+class EpochSeconds(Func):
+    """A datetime column as seconds since 1970 (a float), so that durations can be computed and sorted on."""
+
+    output_field = FloatField()
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::double precision"  # PostgreSQL
+
+    def as_sqlite(self, compiler, connection, **extra):
+        # Django keeps datetimes as UTC text on SQLite; julianday() reads it (fractions of a second included).
+        return self.as_sql(compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)")
+
+
+def with_progress(jobs: QuerySet[Job], *, now: datetime) -> QuerySet[Job]:
+    """Annotate each job with ``run_seconds`` (since its current run started, to its end or ``now``; None
+    before it starts) and ``gpu_seconds_now`` (GPU-seconds so far: a job holding GPUs counts them up to
+    ``now``, as its ending will; jobs/usage.py ``gpu_seconds_so_far`` is the same for one job)."""
+    now_seconds = Value(now.timestamp(), output_field=FloatField())
+    return jobs.annotate(
+        run_seconds=Case(
+            When(started_at__isnull=True, then=Value(None, output_field=FloatField())),
+            default=Coalesce(EpochSeconds(F("finished_at")), now_seconds) - EpochSeconds(F("started_at")),
+            output_field=FloatField(),
+        ),
+        gpu_seconds_now=Case(
+            When(
+                status__in=lifecycle.HOLDS_GPUS,
+                admitted_at__isnull=False,
+                then=F("gpu_seconds")
+                + (now_seconds - EpochSeconds(F("admitted_at"))) * F("workers") * F("gpus_per_worker"),
+            ),
+            default=F("gpu_seconds"),
+            output_field=FloatField(),
+        ),
+    )
+
+
+# ?sort= of the jobs list: the column, and "-" in front for the other direction.
+JOB_SORTS = ("submitted", "name", "status", "duration", "gpu_hours")
+DEFAULT_JOB_SORT = "-submitted"
+_STATUS_ORDER = [
+    lifecycle.QUEUED,
+    lifecycle.ADMITTED,
+    lifecycle.STARTING,
+    lifecycle.RUNNING,
+    lifecycle.SUCCEEDED,
+    lifecycle.FAILED,
+    lifecycle.CANCELLED,
+    lifecycle.PREEMPTED,
+]
+
+
+def sort_valid(sort: str) -> bool:
+    return sort.removeprefix("-") in JOB_SORTS
+
+
+def jobs_sorted(jobs: QuerySet[Job], *, sort: str, now: datetime) -> QuerySet[Job]:
+    """Jobs with their progress (``with_progress``) in the order of ``sort`` (one of JOB_SORTS, "-" for
+    descending); ties newest first. Jobs without a duration sort last either way."""
+    if not sort_valid(sort):
+        raise ValueError(f"unknown sort {sort!r}")
+    descending, column = sort.startswith("-"), sort.removeprefix("-")
+    jobs = with_progress(jobs, now=now)
+    if column == "status":
+        jobs = jobs.annotate(
+            status_order=Case(
+                *(When(status=status, then=Value(index)) for index, status in enumerate(_STATUS_ORDER)),
+                default=Value(len(_STATUS_ORDER)),
+                output_field=IntegerField(),
+            )
+        )
+    key = {
+        "submitted": F("created_at"),
+        "name": F("name"),
+        "status": F("status_order"),
+        "duration": F("run_seconds"),
+        "gpu_hours": F("gpu_seconds_now"),
+    }[column]
+    ordered = key.desc(nulls_last=True) if descending else key.asc(nulls_last=True)
+    return jobs.order_by(ordered, "-created_at", "-id")
 
 
 def queue_for(*, user, cluster: str = "", gpu_type: str = "") -> QuerySet[Job]:

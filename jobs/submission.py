@@ -18,6 +18,7 @@ from accounts import selectors as account_selectors
 from accounts.models import Department
 from clusters.manifest_validation import DNS_1035
 from clusters.models import Cluster, GpuPool, Storage
+from clusters.services import cluster_refusal
 from core.code_url import GIT_REF, code_url_problem
 from core.errors import InvalidInput
 from core.requirements import pip_requirements
@@ -58,8 +59,11 @@ class CleanJob:
     max_runtime_seconds: int
 
 
-def check_submission(*, user, data: dict, type_errors: dict | None = None) -> CleanJob:
+def check_submission(*, user, data: dict, type_errors: dict | None = None, cluster_health: bool = True) -> CleanJob:
     """Turn typed input into a CleanJob, or raise InvalidInput naming every problem.
+
+    ``cluster_health``: refuse a cluster that takes no jobs now (clusters.health); off only for previews of
+    manifests (manage.py render_manifests), which never reach the cluster.
 
     ``type_errors`` are the problems the API already found in fields that did
     not even parse; those fields are absent from ``data`` and their rules are
@@ -77,16 +81,13 @@ def check_submission(*, user, data: dict, type_errors: dict | None = None) -> Cl
         if len(name) > 40:
             fail("name", f"Use at most 40 characters (this name has {len(name)}).")
         elif not DNS_1035.match(name):
-            fail(
-                "name",
-                "Use lower-case letters, digits and '-', starting with a letter and not ending with '-' (a DNS-1035 label).",
-            )
+            fail("name", "Use lower-case letters, digits and '-', starting with a letter and not ending with '-'.")
 
     department = None
     if data.get("department") is not None:
         department = account_selectors.department_for_input(user=user, slug=data["department"], errors=errors)
 
-    cluster = _cluster(data, department, fail) if "cluster" not in skip else None
+    cluster = _cluster(data, department, fail, cluster_health) if "cluster" not in skip else None
     pool = _pool(data, department, cluster, fail) if cluster and department and "gpu_type" not in skip else None
     if data.get("code_url") is not None:
         _code(data, cluster, fail)
@@ -106,6 +107,17 @@ def check_submission(*, user, data: dict, type_errors: dict | None = None) -> Cl
         if image is None:
             choices = ", ".join(FrameworkImage.objects.filter(images_of(department)).values_list("name", flat=True))
             fail("image", f"No image called {data['image']!r} in the catalogue; choose one of: {choices}.")
+        elif (
+            cluster is not None
+            and not FrameworkImage.objects.filter(images_on_cluster(department, cluster), pk=image.pk).exists()
+        ):
+            built_on = ", ".join(sorted(set(image.builds.values_list("cluster__name", flat=True))))
+            offered = FrameworkImage.objects.filter(images_on_cluster(department, cluster)).distinct()
+            fail(
+                "image",
+                f"Image {image.name} was built on cluster {built_on} and is pulled from its registry, so it does not "
+                f"run on cluster {cluster.name}; choose one of: {', '.join(i.name for i in offered)}.",
+            )
 
     workers = data.get("workers")
     if workers is not None and not 1 <= workers <= MAX_WORKERS:
@@ -168,17 +180,39 @@ def images_of(department: Department) -> Q:
     return Q(official=True) | Q(department=department)
 
 
-def _cluster(data, department, fail):
+def images_on_cluster(department: Department, cluster: Cluster) -> Q:
+    """Images a department may run on ``cluster``: the official ones, and its own unless a build made them on
+    another Kubernetes cluster (they are in that cluster's registry). A local cluster runs each image's
+    packages in a virtualenv instead, so it runs them all."""
+    if cluster.backend == Cluster.Backend.LOCAL:
+        return images_of(department)
+    built_elsewhere = FrameworkImage.objects.filter(builds__isnull=False).exclude(builds__cluster=cluster)
+    return Q(official=True) | (Q(department=department) & ~Q(pk__in=built_elsewhere.values("pk")))
+
+
+def _cluster(data, department, fail, check_health=True):
     if data.get("cluster"):
         cluster = Cluster.objects.filter(name=data["cluster"]).first()
         if cluster is None:
             fail("cluster", f"No cluster called {data['cluster']!r}; see GET /api/v1/clusters/.")
+            return None
+        refusal = cluster_refusal(cluster) if check_health else None
+        if refusal:
+            fail("cluster", refusal)  # the other fields are still checked against it: every problem at once
         return cluster
     if department is None:
         return None
     cluster = quota_selectors.default_cluster(department=department)
     if cluster is None:
         fail("cluster", f"Department {department.slug} has no GPU quota on any cluster; ask a platform admin for one.")
+        return None
+    refusal = cluster_refusal(cluster) if check_health else None
+    if refusal:  # the default cannot take jobs now: the next cluster the department has quota on that can
+        others = Cluster.objects.filter(pools__quotas__department=department).exclude(pk=cluster.pk).distinct()
+        usable = next((other for other in others.order_by("pk") if not cluster_refusal(other)), None)
+        if usable is None:
+            fail("cluster", refusal)
+        return usable or cluster
     return cluster
 
 

@@ -268,6 +268,14 @@ def _plain(value):
     return value.isoformat() if isinstance(value, date) else value
 
 
+def gpu_seconds_so_far(job: Job, *, now: datetime) -> float:
+    """The GPU-seconds a job has used up to ``now``: what its earlier runs recorded, plus, while it holds GPUs,
+    the current run's since admission (as jobs.transitions records at its ending)."""
+    if job.status in lifecycle.HOLDS_GPUS and job.admitted_at is not None:
+        return job.gpu_seconds + max(0.0, (now - job.admitted_at).total_seconds()) * job.gpus
+    return job.gpu_seconds
+
+
 def lost_gpu_seconds(*, department: Department) -> float:
     return Job.objects.filter(department=department).aggregate(total=Sum("lost_gpu_seconds"))["total"] or 0.0
 

@@ -13,6 +13,7 @@ No database access here: these helpers copy, hash and resolve paths.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -180,3 +181,33 @@ def discard(staged: Staged) -> None:
 
 def remove_from_store(model_name: str, version: int) -> None:
     shutil.rmtree(store_root() / model_name / str(version), ignore_errors=True)
+
+
+ARTIFACT_FILES_SHOWN = 500  # a folder artifact with more files is listed in part (with the count of the rest)
+
+
+def files_of(version) -> tuple[list[dict], int]:
+    """The files of a ready version's artifact in the store (path inside the artifact, size in bytes), and
+    how many files there are in all. Nothing while it is registering or when its copy failed."""
+    if version.status != "ready":
+        return [], 0
+    try:
+        path = path_of_uri(version.artifact_uri)
+    except ArtifactError:
+        return [], 0
+    if path.is_file() and not path.is_symlink():
+        return [{"path": path.name, "size": path.stat().st_size}], 1
+    if not path.is_dir():
+        return [], 0
+    files: list[dict] = []
+    count = 0
+    for directory, subdirs, names in os.walk(path):  # links are not followed (the store holds none anyway)
+        subdirs.sort()
+        for name in sorted(names):
+            file = Path(directory) / name
+            if file.is_symlink() or not file.is_file():
+                continue
+            count += 1
+            if len(files) < ARTIFACT_FILES_SHOWN:
+                files.append({"path": file.relative_to(path).as_posix(), "size": file.stat().st_size})
+    return files, count

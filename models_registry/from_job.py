@@ -10,7 +10,10 @@ reads the job's TensorBoard scalars as metrics. models_registry/services.py (the
 
 from __future__ import annotations
 
+import os
+import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import transaction
@@ -75,6 +78,71 @@ def _output_dir(errors: dict, job: Job) -> Path | None:
         ]
         return None
     return output
+
+
+OUTPUT_ENTRIES_SHOWN = 300  # entries listed; more are counted, not listed
+OUTPUT_SCAN_LIMIT = 20_000  # entries looked at: the folder is the job's, and it may have written millions
+
+
+@dataclass(frozen=True)
+class OutputEntry:
+    """A file or folder of a job's output folder that can be registered: its path inside the folder, and size."""
+
+    path: str  # relative, "/"-separated, as artifact_path takes it
+    size: int  # bytes; of a folder, of the regular files in it
+    is_dir: bool = False
+
+
+@dataclass(frozen=True)
+class JobOutput:
+    entries: tuple[OutputEntry, ...] = ()
+    more: int = 0  # entries found but not listed (past OUTPUT_ENTRIES_SHOWN)
+    incomplete: bool = False  # the folder holds more than OUTPUT_SCAN_LIMIT entries: the rest were not looked at
+    problem: str = ""  # why there is nothing to list (no output folder, a cluster whose folders the portal cannot read)
+
+
+def job_output(*, job: Job) -> JobOutput:
+    """What a succeeded job left in its output folder (the one ``job_source`` registers from), to pick from.
+
+    The job's own files, read as hostile: no link is followed or listed (registering one is refused anyway),
+    only regular files and folders, sizes from lstat, at most OUTPUT_SCAN_LIMIT entries looked at.
+    """
+    errors: dict[str, list[str]] = {}
+    output = _output_dir(errors, job)
+    if output is None:
+        return JobOutput(problem=" ".join(errors.get("source_job", [])))
+    files: dict[str, int] = {}
+    folders: set[str] = set()
+    seen = 0
+    for directory, subdirs, names in os.walk(output):  # does not follow links to folders
+        subdirs.sort()
+        relative = Path(directory).relative_to(output).as_posix()
+        if relative != ".":
+            folders.add(relative)
+        for name in names:
+            seen += 1
+            try:
+                info = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                files[name if relative == "." else f"{relative}/{name}"] = info.st_size
+        seen += len(subdirs)
+        if seen > OUTPUT_SCAN_LIMIT:
+            break
+    folder_sizes = dict.fromkeys(folders, 0)
+    for path, size in files.items():
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            folder_sizes["/".join(parts[:depth])] = folder_sizes.get("/".join(parts[:depth]), 0) + size
+    entries = [OutputEntry(path=path, size=size) for path, size in files.items()]
+    entries += [OutputEntry(path=folder, size=size, is_dir=True) for folder, size in folder_sizes.items()]
+    entries.sort(key=lambda entry: entry.path)
+    return JobOutput(
+        entries=tuple(entries[:OUTPUT_ENTRIES_SHOWN]),
+        more=max(0, len(entries) - OUTPUT_ENTRIES_SHOWN),
+        incomplete=seen > OUTPUT_SCAN_LIMIT,
+    )
 
 
 def lineage_of(job: Job) -> dict:

@@ -7,6 +7,7 @@ A deployment is a named endpoint with variants (a version each, a weight, or a s
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from accounts.models import Department
 from jobs.models import Job
@@ -74,6 +75,8 @@ class ModelAlias(models.Model):
     class Meta:
         ordering = ["model", "name"]
         constraints = [models.UniqueConstraint(fields=["model", "name"], name="one_version_per_alias")]
+        verbose_name = _("model alias")
+        verbose_name_plural = _("model aliases")
 
     def __str__(self):
         return f"{self.model.name}@{self.name}"

@@ -59,6 +59,37 @@ def metric_names(versions) -> list[str]:
     return sorted({name for version in versions for name in version.metrics})
 
 
+def metric_series(version: ModelVersion, versions) -> list[dict]:
+    """Each metric of ``version`` with the value every one of ``versions`` has for it (oldest first), so a
+    page can say whether this version's value is the best of the model's."""
+    return [
+        {
+            "name": name,
+            "value": version.metrics[name],
+            "series": [{"version": other.version, "value": other.metrics.get(name)} for other in versions],
+            "values": [other.metrics.get(name) for other in versions],
+        }
+        for name in sorted(version.metrics)
+    ]
+
+
+def version_deployments(version: ModelVersion) -> list[dict]:
+    """The deployments with a variant on this version, by name: each with the variant's name, weight and
+    whether it is a shadow. serving's Variant rows point at the version; they are read through that reverse
+    relation (``variants``), as this app may not import serving. A deployment serves only versions of its own
+    model, so they are all in the model's department."""
+    return [
+        {
+            "name": v.deployment.name,
+            "status": v.deployment.status,
+            "variant": v.name,
+            "weight": v.weight,
+            "shadow": v.shadow,
+        }
+        for v in version.variants.select_related("deployment").order_by("deployment__name", "name")
+    ]
+
+
 # --- What a finished job left behind (local executor) ---------------------------------------------
 
 

@@ -1,7 +1,9 @@
 """Browser pages of the model registry. Thin: look up what the user may see, call a service, render.
 
 /models/ lists the models of the user's departments; /models/<name>/ shows the versions with their
-lineage, metrics side by side, aliases and tags, with POST forms to move aliases and edit tags.
+lineage, metrics side by side, aliases and tags, with POST forms to move aliases, edit tags and register a
+version; /models/<name>/versions/<n>/ is one version: lineage, metrics (the best of the model's marked),
+aliases, tags, the artifact's files and the deployments that serve it.
 """
 
 from __future__ import annotations
@@ -11,17 +13,21 @@ import re
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from accounts import selectors as account_selectors
 from core.api import visible_or_404
 from core.errors import Conflict, InvalidInput
-from models_registry import selectors, services
+from jobs import lifecycle
+from jobs import selectors as job_selectors
+from models_registry import artifacts, selectors, services
 from models_registry.models import ModelVersion, RegisteredModel
 
 SUGGESTED_ALIASES = ("champion", "challenger")
 COMPARE_DEFAULT = 5  # without a selection, the newest versions are compared
+JOBS_OFFERED = 20  # succeeded jobs offered in the "register a version" form (any other id can be typed)
 
 
 def _visible_model(request, name: str) -> RegisteredModel:
@@ -72,25 +78,34 @@ def model_list(request):
     return render(request, "models_registry/model_list.html", context)
 
 
-@login_required
-def model_detail(request, name: str):
-    model = _visible_model(request, name)
+def _lineage_row(version: ModelVersion) -> dict:
+    lineage = version.lineage or {}
+    return {
+        "version": version,
+        "lineage": lineage,
+        "job_id": version.source_job_id,
+        "commit_url": commit_url(lineage.get("code_url", ""), lineage.get("commit", "")),
+        "tags": sorted(version.tags.items()),
+        "aliases": [alias.name for alias in version.aliases.all()],
+    }
+
+
+def _register_form(request, model: RegisteredModel, form: dict | None = None) -> dict:
+    """The "register a version" form: what was typed (kept on an error), the frameworks, and the department's
+    latest succeeded jobs to pick from."""
+    jobs = job_selectors.jobs_for(user=request.user, department=model.department.slug, status=lifecycle.SUCCEEDED)
+    return {
+        "values": form or {"source_job": "", "artifact_path": "model.joblib", "framework": "sklearn"},
+        "frameworks": services.FRAMEWORKS,
+        "jobs": list(jobs.order_by("-finished_at", "-pk")[:JOBS_OFFERED]),
+    }
+
+
+def _model_page(request, model: RegisteredModel, *, form: dict | None = None, errors: dict | None = None, status=200):
     versions = list(selectors.versions_of(model=model))
     chosen = {int(value) for value in request.GET.getlist("compare") if value.isdigit()}
     compared = [v for v in versions if v.version in chosen] if chosen else versions[-COMPARE_DEFAULT:]
-    rows = []
-    for version in versions:
-        lineage = version.lineage or {}
-        rows.append(
-            {
-                "version": version,
-                "lineage": lineage,
-                "job_id": version.source_job_id,
-                "commit_url": commit_url(lineage.get("code_url", ""), lineage.get("commit", "")),
-                "tags": sorted(version.tags.items()),
-                "aliases": [alias.name for alias in version.aliases.all()],
-            }
-        )
+    rows = [_lineage_row(version) for version in versions]
     metric_names = selectors.metric_names(compared)
     context = {
         "model": model,
@@ -99,8 +114,41 @@ def model_detail(request, name: str):
         "chosen": chosen,
         "metrics": [(metric, [v.metrics.get(metric) for v in compared]) for metric in metric_names],
         "suggested_aliases": SUGGESTED_ALIASES,
+        "register": _register_form(request, model, form),
+        "register_errors": errors or {},
     }
-    return render(request, "models_registry/model_detail.html", context)
+    return render(request, "models_registry/model_detail.html", context, status=status)
+
+
+@login_required
+def model_detail(request, name: str):
+    return _model_page(request, _visible_model(request, name))
+
+
+@login_required
+def version_detail(request, name: str, number: int):
+    version = _visible_version(request, name, number)
+    versions = list(selectors.versions_of(model=version.model))
+    files, file_count = artifacts.files_of(version)
+    context = {
+        **_lineage_row(version),
+        "model": version.model,
+        "metrics": selectors.metric_series(version, versions),
+        "version_count": len(versions),
+        "files": files,
+        "file_count": file_count,
+        "deployments": selectors.version_deployments(version),
+        "job_finished_at": parse_datetime((version.lineage or {}).get("finished_at") or ""),
+        "suggested_aliases": SUGGESTED_ALIASES,
+    }
+    return render(request, "models_registry/version_detail.html", context)
+
+
+def _back(request, name: str, number: int):
+    """Where an alias or tag form came from: the version's page (``back=version``) or the model's."""
+    if request.POST.get("back") == "version":
+        return redirect("model-version", name=name, number=number)
+    return redirect("model-detail", name=name)
 
 
 @login_required
@@ -121,7 +169,7 @@ def version_alias(request, name: str, number: int):
         messages.error(request, _problems(exc))
     except Conflict as exc:
         messages.error(request, str(exc))
-    return redirect("model-detail", name=name)
+    return _back(request, name, number)
 
 
 @login_required
@@ -141,27 +189,29 @@ def version_tags(request, name: str, number: int):
             )
         else:
             messages.success(request, _("Tag %(key)s set on version %(number)s.") % {"key": key, "number": number})
-    return redirect("model-detail", name=name)
+    return _back(request, name, number)
 
 
 @login_required
 @require_POST
 def version_register(request, name: str):
+    """Register a succeeded job's output; on a problem the model page again, with what was typed and the
+    problems beside their fields (400)."""
     model = _visible_model(request, name)
-    job = request.POST.get("source_job", "").strip()
-    if not job.isdigit():
-        messages.error(request, _("Give the id of a succeeded job of the department, e.g. 42."))
-        return redirect("model-detail", name=name)
+    form = {key: request.POST.get(key, "").strip() for key in ("source_job", "artifact_path", "framework")}
+    form["framework"] = form["framework"] or "sklearn"
+    if not form["source_job"].isdigit():
+        errors = {"source_job": [_("Give the id of a succeeded job of the department, e.g. 42.")]}
+        return _model_page(request, model, form=form, errors=errors, status=400)
     try:
         version = services.version_register(
             user=request.user,
             model=model,
-            source_job=int(job),
-            artifact_path=request.POST.get("artifact_path", "").strip(),
-            framework=request.POST.get("framework", "sklearn") or "sklearn",
+            source_job=int(form["source_job"]),
+            artifact_path=form["artifact_path"],
+            framework=form["framework"],
         )
     except InvalidInput as exc:
-        messages.error(request, _problems(exc))
-    else:
-        messages.success(request, _("Version %(number)s registered.") % {"number": version.version})
-    return redirect("model-detail", name=name)
+        return _model_page(request, model, form=form, errors=exc.errors, status=400)
+    messages.success(request, _("Version %(number)s registered.") % {"number": version.version})
+    return redirect("model-version", name=name, number=version.version)

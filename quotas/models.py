@@ -3,6 +3,7 @@
 Departments live in accounts/, clusters, pools and storage in clusters/, the image catalogue in images/."""
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from accounts.models import Department
 from clusters.models import GpuPool
@@ -35,7 +36,7 @@ class PriorityClass(models.Model):
 
     class Meta:
         ordering = ["-value"]
-        verbose_name_plural = "priority classes"
+        verbose_name_plural = _("priority classes")
 
     def __str__(self):
         return self.name

@@ -5,6 +5,7 @@ The tables keep their names from models_registry/ (``Meta.db_table``)."""
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from accounts.models import Department
 from clusters.models import Cluster
@@ -110,3 +111,5 @@ class VariantStats(models.Model):
 
     class Meta:
         db_table = "models_registry_variantstats"
+        verbose_name = _("variant statistics")
+        verbose_name_plural = _("variant statistics")

@@ -4,7 +4,9 @@ Owns resolving the variants a person or a rollout asks for (traffic.validate_var
 rows, which must be ready), and ``revision_apply``: the locked transaction that replaces the Variant rows
 (keeping a row, and its server, when only its weight changes), bumps the revision, keeps the previous
 variants in ``rollout["history"]`` for a rollback (HISTORY_KEPT of them), audits the change, sends the
-webhook, and asks for the model servers to be reconciled. serving/services.py (people's changes) and
+webhook, and asks for the model servers to be reconciled. Every revision is also logged in
+``rollout["revisions"]`` (REVISIONS_KEPT of them): the history a page shows, which a rollback does not shorten
+(``history`` is the stack a rollback pops). serving/services.py (people's changes) and
 serving/rollouts.py (a rollout's steps) call it.
 """
 
@@ -26,6 +28,7 @@ from serving.selectors import spec_of
 from webhooks import events as webhook_events
 
 HISTORY_KEPT = 20  # previous variant sets a deployment remembers for rollbacks
+REVISIONS_KEPT = 200  # revisions a deployment's page lists (each change, a rollback or a rollout step is one)
 
 ROLLING_OUT = "rolling_out"
 
@@ -132,6 +135,14 @@ def revision_apply(
                 ]
             )[-HISTORY_KEPT:]
         rollout["history"] = history
+        rollout["revisions"] = revision_logged(
+            rollout,
+            revision=locked.revision + 1,
+            variants=[spec_public(s) for s in resolved],
+            actor=actor,
+            reason=reason,
+            now=now,
+        )
         rollout.update(rollout_changes or {})
         fields = {"rollout": rollout, "revision": F("revision") + 1}
         if sticky is not None:
@@ -155,6 +166,18 @@ def revision_apply(
     reconcile_soon()
     deployment.refresh_from_db()
     return deployment
+
+
+def revision_logged(rollout: dict, *, revision: int, variants: list[dict], actor, reason: str, now: datetime) -> list:
+    """The deployment's revision log with one more entry: the revision, when, by whom, why, and its variants."""
+    entry = {
+        "revision": revision,
+        "at": now.isoformat(),
+        "by": getattr(actor, "username", None),
+        "reason": reason,
+        "variants": variants,
+    }
+    return [*rollout.get("revisions", []), entry][-REVISIONS_KEPT:]
 
 
 def _audit_action(reason: str) -> str:

@@ -12,6 +12,7 @@ else it does not exist (None here, 404 at the interfaces).
 from __future__ import annotations
 
 from django.db.models import Prefetch, QuerySet
+from django.utils.dateparse import parse_datetime
 
 from accounts import permissions
 from clusters.models import Cluster
@@ -168,7 +169,7 @@ def _comparison(variants: list[Variant]) -> dict:
 def rollout_view(deployment: Deployment) -> dict:
     """Where a canary or rolling rollout stands, without the bookkeeping."""
     rollout = deployment.rollout or {}
-    view = {key: value for key, value in rollout.items() if key not in ("history", "state")}
+    view = {key: value for key, value in rollout.items() if key not in ("history", "state", "revisions")}
     if "state" in rollout:
         state = rollout["state"]
         view["state"] = {key: state.get(key) for key in ("status", "step", "weight", "step_started_at", "reason")}
@@ -176,6 +177,15 @@ def rollout_view(deployment: Deployment) -> dict:
         {key: entry.get(key) for key in ("revision", "at", "by", "reason")} for entry in rollout.get("history", [])
     ][-5:]
     return view
+
+
+def deployment_revisions(deployment: Deployment) -> list[dict]:
+    """Every revision of the deployment, newest first: number, when, by whom, why, and its variants (the log
+    serving.revisions keeps; a rollback adds an entry, it never removes one)."""
+    return [
+        {**entry, "at": parse_datetime(entry.get("at") or "")}
+        for entry in reversed((deployment.rollout or {}).get("revisions", []))
+    ]
 
 
 # --- Helpers -----------------------------------------------------------------------------------------

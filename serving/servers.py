@@ -2,7 +2,8 @@
 
 Owns the ModelServer rows: servers_reconcile starts missing servers, notices ready and crashed ones,
 restarts crashed ones with backoff and a restart count, and stops those of removed variants (and orphans
-whose rows are gone); servers_stop stops them. server_verify answers the router whether the process on a
+whose rows are gone); servers_stop stops them, servers_stop_local those on this host when the portal stops.
+server_verify answers the router whether the process on a
 local server's port is still the one the portal started (a job could kill it and bind its port); one that
 is not is marked failed (NOT_OURS) and started again, on a new port, like a crashed one. The servers themselves are the serving backend's, chosen
 by the deployment's cluster: local processes (serving/backends/local.py) or KServe
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import TypedDict, overload
 
 from django.conf import settings
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from clusters.errors import ExecutorError
@@ -223,6 +224,26 @@ def servers_stop(*, deployment: Deployment | None = None) -> int:
                 stopped += 1
         ModelServer.objects.filter(pk=server.pk).update(status=STOPPED, pid=None, url="", handle="", message="Stopped.")
     return stopped + _stop_orphans(backends)
+
+
+def servers_stop_local() -> int:
+    """Stop every model server process on this host (the portal is stopping: they are detached and would outlive
+    it), those of a row and orphans alike (the local backend's own records), and mark the local rows stopped so
+    that the next servers_reconcile starts them again. InferenceServices on clusters are left serving."""
+    backend = serving_backend(None)
+    local = ModelServer.objects.select_related("variant__version__model").filter(
+        Q(variant__deployment__cluster__isnull=True) | Q(variant__deployment__cluster__backend=Cluster.Backend.LOCAL)
+    )
+    processes = {(p.pid, p.handle): p for p in backend.running().values()}
+    for server in local.exclude(status=STOPPED):
+        if (process := _process(server, server.variant)) is not None and backend.alive(process):
+            processes.setdefault((process.pid, process.handle), process)
+    for process in processes.values():
+        backend.stop(process)  # only a process whose pid and start time are the ones recorded
+    local.exclude(status=STOPPED).update(
+        status=STOPPED, pid=None, url="", handle="", message="Stopped with the portal; it starts again with it."
+    )
+    return len(processes)
 
 
 def _start(server: ModelServer, variant: Variant, backend: ServingBackend, *, now: datetime, restart: bool) -> int:

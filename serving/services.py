@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from accounts import permissions
 from accounts import selectors as account_selectors
@@ -29,7 +30,15 @@ from models_registry.models import RegisteredModel
 from quotas import selectors as quota_selectors
 from quotas.models import Quota
 from serving.models import Deployment
-from serving.revisions import ROLLING_OUT, reconcile_soon, revision_apply, spec_public, variant_create, variants_resolve
+from serving.revisions import (
+    ROLLING_OUT,
+    reconcile_soon,
+    revision_apply,
+    revision_logged,
+    spec_public,
+    variant_create,
+    variants_resolve,
+)
 from serving.rollouts import deployments_progress as deployments_progress  # re-exported: serving.tasks
 from serving.rollouts import rollout_start, rollout_stop
 from serving.selectors import variant_specs
@@ -65,6 +74,13 @@ def deployment_create(
     where = _cluster_of(dept, cluster)
     resolved = variants_resolve(registered, variants)
     plan, resolved = rollout_start(strategy, resolved, rollout or {})
+    status = ROLLING_OUT if plan else "active"
+    plan = {
+        **plan,
+        "revisions": revision_logged(
+            {}, revision=1, variants=[spec_public(s) for s in resolved], actor=user, reason="create", now=timezone.now()
+        ),
+    }
     try:
         with transaction.atomic():
             deployment = Deployment.objects.create(
@@ -76,7 +92,7 @@ def deployment_create(
                 sticky=sticky,
                 created_by=user,
                 rollout=plan,
-                status=ROLLING_OUT if plan else "active",
+                status=status,
             )
             for spec in resolved:
                 variant_create(deployment, spec)

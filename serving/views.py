@@ -1,6 +1,8 @@
 """Browser pages of deployments: /deployments/ lists those of the user's departments; /deployments/<name>/
 shows the variants and weights, live per-variant charts (polling the metrics API), the A/B verdict, the
-rollout's progress and POST forms to promote a variant or roll back. Thin: look up, call a service, render.
+rollout's progress, every revision, and POST forms to promote a variant or roll back (each asks first). The
+variants, verdict, rollout and revisions refresh themselves (htmx polling the same URL for its live parts).
+Thin: look up, call a service, render.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
+from django.utils.cache import patch_vary_headers
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
@@ -30,18 +33,42 @@ def deployment_list(request):
     return render(request, "models_registry/deployments/list.html", {"deployments": rows, "department": department})
 
 
+def _percent(rate) -> float | None:
+    return None if rate is None else rate * 100
+
+
 @login_required
 def deployment_detail(request, name: str):
+    """The page; or, when htmx polls for it (``HX-Request``), only its live part: the variants with their
+    counts, the verdict and the rollout (``?part=history``: the revisions)."""
     deployment = _visible(request, name)
-    return render(
-        request,
-        "models_registry/deployments/detail.html",
+    metrics = selectors.deployment_metrics(deployment=deployment)
+    variants = [
         {
-            "deployment": deployment,
-            "metrics": selectors.deployment_metrics(deployment=deployment),
-            "history": selectors.rollout_view(deployment)["history"],
-        },
-    )
+            **row,
+            "success_percent": _percent(row["outcomes"]["rate"]),
+            "error_percent": _percent(row["error_rate"]),
+            "agreement_percent": _percent(row.get("agreement", {}).get("rate")),
+        }
+        for row in metrics["variants"]
+    ]
+    history = metrics["rollout"]["history"]
+    context = {
+        "deployment": deployment,
+        "metrics": metrics,
+        "variants": variants,
+        "history": history,
+        "rollback_to": history[-1] if history else None,
+        "revisions": selectors.deployment_revisions(deployment),
+    }
+    if request.headers.get("HX-Request") == "true":
+        part = "history" if request.GET.get("part") == "history" else "live"
+        template = f"models_registry/deployments/partials/{part}.html"
+    else:
+        template = "models_registry/deployments/detail.html"
+    response = render(request, template, context)
+    patch_vary_headers(response, ["HX-Request"])  # one URL, two bodies: a cached part never stands in for the page
+    return response
 
 
 @login_required

@@ -4,6 +4,7 @@ The table keeps its name from jobs/ (``Meta.db_table``)."""
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from accounts.models import Department
 from jobs.models import Job
@@ -40,6 +41,8 @@ class TensorBoard(models.Model):
     class Meta:
         db_table = "jobs_tensorboard"
         indexes = [models.Index(fields=["status", "last_access_at"])]
+        verbose_name = "TensorBoard"  # a product's name, the same in every language
+        verbose_name_plural = _("TensorBoards")
 
     def __str__(self):
         return f"TensorBoard {self.key} ({self.status})"

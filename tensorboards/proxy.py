@@ -9,6 +9,11 @@ board's existence is never revealed. POSTs authenticated by the session cookie m
 own origin (TensorBoard's UI cannot send Django's CSRF token); token-authenticated ones are not
 cookie-authenticated, so no other site can make a browser send them. Path tricks (dot segments, encoded slashes, backslashes, NUL,
 absolute URLs) get 400. A board that is not running is started (503 with Retry-After meanwhile).
+A browser opening a page (GET, Accept: text/html, no token) gets every refusal as a page of the portal with the
+same status: with the portal's navigation and links on its own, a compact one inside the job page's frame
+(Sec-Fetch-Dest: iframe); API and token clients get the plain text as before.
+TensorBoard's index page names its fonts at the site's root (url(/font-roboto/...)), which behind the
+prefix is the portal's: the proxy rewrites those to the board's prefix (_rewrite_index).
 Nothing is forwarded to a board whose port is served by another process than the one the portal started
 (boards.board_verify, looked at on every request and fully every few seconds): 503, and it starts again.
 Responses stream from TensorBoard through one pooled httpx client per event loop; cookies and
@@ -26,7 +31,10 @@ import httpx
 from asgiref.sync import sync_to_async
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpResponse, HttpResponseNotAllowed, StreamingHttpResponse
-from django.urls import path
+from django.template import loader
+from django.urls import path, reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import AuthenticationFailed
 
@@ -68,6 +76,9 @@ _BAD_ENCODINGS = ("%2f", "%5c", "%00", "%2e")
 _TOKEN_AUTH = ApiTokenAuthentication()
 # Query parameters someone might put a token in; named in the 401 so that they move it to the header.
 _TOKEN_PARAMETERS = ("token", "access_token", "api_token", "auth_token", "key")
+# TensorBoard's index.html loads its Roboto fonts from the site's root; behind the prefix they are the board's.
+_ROOT_FONTS = b"url(/font-roboto/"
+INDEX_MAX_BYTES = 8 * 1024 * 1024  # TensorBoard 2.x's index.html is about 200 KiB
 
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
 
@@ -115,7 +126,7 @@ async def _proxy(request, rest: str, *, job_id: int | None = None, board_id: int
         return HttpResponseNotAllowed(["GET", "POST"])
     problem = _path_problem(request, rest)
     if problem:
-        return _text(400, problem)
+        return await _refusal(request, 400, problem)
     caller = await _caller(request)
     if isinstance(caller, HttpResponse):
         return caller
@@ -136,11 +147,11 @@ async def _proxy(request, rest: str, *, job_id: int | None = None, board_id: int
     try:
         board = await sync_to_async(boards.board_open)(user=user, job_id=job_id, board_id=board_id)
     except Conflict as exc:
-        return _text(409, str(exc))
+        return await _refusal(request, 409, str(exc), job_id=job_id)
     if board is None:
-        return _text(404, "No TensorBoard with that id in your departments.")
+        return await _refusal(request, 404, _("No TensorBoard with that id in your departments."))
     if board.status != TensorBoard.Status.RUNNING:
-        return _not_ready(request, board)
+        return await _not_ready(request, board, job_id=job_id)
     client = _client()
     upstream_request = client.build_request(
         request.method,
@@ -156,17 +167,46 @@ async def _proxy(request, rest: str, *, job_id: int | None = None, board_id: int
     except (httpx.ConnectError, httpx.ConnectTimeout):
         # Its process died since it was last looked at: notice it and start it again.
         board = await sync_to_async(boards.board_ensure)(board=board, user=user, restart_failed=False)
-        return _not_ready(request, board)
+        return await _not_ready(request, board, job_id=job_id)
     except httpx.HTTPError as exc:
-        return _text(502, f"TensorBoard did not answer: {exc.__class__.__name__}.")
-    response = StreamingHttpResponse(_stream(upstream), status=upstream.status_code)
+        return await _refusal(
+            request, 502, _("TensorBoard did not answer: %(error)s.") % {"error": exc.__class__.__name__}, job_id=job_id
+        )
+    if _is_index(upstream):
+        response: HttpResponse | StreamingHttpResponse = await _rewrite_index(upstream, boards.board_url(board))
+        not_forwarded = NOT_FORWARDED | {"content-encoding", "content-length"}  # its own, decoded and rewritten
+    else:
+        response, not_forwarded = StreamingHttpResponse(_stream(upstream), status=upstream.status_code), NOT_FORWARDED
     for name, value in upstream.headers.multi_items():
-        if name.lower() not in NOT_FORWARDED:
+        if name.lower() not in not_forwarded:
             response.headers[name] = value
     response.headers["X-Frame-Options"] = "SAMEORIGIN"  # the job page embeds the board in an iframe
     if policy := response.headers.get("Content-Security-Policy"):  # the portal's own (frontend.csp) otherwise
         response.headers["Content-Security-Policy"] = f"{policy}; {TENSORBOARD_CSP_EXTRA}"
     return response
+
+
+def _is_index(upstream: httpx.Response) -> bool:
+    """TensorBoard's HTML page (its index), read whole to point its fonts at the board; nothing else is read."""
+    content_type = upstream.headers.get("content-type", "")
+    length = upstream.headers.get("content-length", "")
+    small = not length or (length.isdigit() and int(length) <= INDEX_MAX_BYTES)
+    return upstream.status_code == 200 and content_type.startswith("text/html") and small
+
+
+async def _rewrite_index(upstream: httpx.Response, prefix: str) -> HttpResponse:
+    """The index with url(/font-roboto/...) made url(<prefix>font-roboto/...), which TensorBoard serves.
+
+    Read decoded (TensorBoard gzips it for a client that accepts gzip) and sent uncompressed: its inline
+    styles are allowed by TensorBoard's policy ('unsafe-inline'); its scripts, checked by hash, are untouched.
+    """
+    try:
+        body = await upstream.aread()
+    finally:
+        await upstream.aclose()
+    return HttpResponse(
+        body.replace(_ROOT_FONTS, b"url(" + prefix.encode() + b"font-roboto/"), status=upstream.status_code
+    )
 
 
 async def _stream(upstream: httpx.Response):
@@ -221,23 +261,72 @@ def _foreign_origin(request) -> bool:
     return bool(origin) and origin != f"{request.scheme}://{request.get_host()}"
 
 
-def _not_ready(request, board) -> HttpResponse:
+async def _not_ready(request, board, *, job_id: int | None) -> HttpResponse:
     if board.status == TensorBoard.Status.FAILED:
-        return _text(502, f"TensorBoard could not start: {board.message}\nStart it again from the job page.")
-    message = "TensorBoard is starting; try again in a few seconds."
+        return await _refusal(
+            request,
+            502,
+            _("TensorBoard could not start: %(reason)s") % {"reason": board.message},
+            hint=_("Start it again from the job page."),
+            job_id=job_id,
+        )
+    message = _("TensorBoard is starting; try again in a few seconds.")
     if board.status == TensorBoard.Status.STOPPED and board.message:
         message = board.message  # boards.NOT_OURS: stopped just now, started again by the next request
-    if "text/html" in request.headers.get("Accept", ""):
-        response = HttpResponse(
-            f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="{RETRY_SECONDS}">'
-            f"<title>TensorBoard</title><p>{message}</p>",
-            status=503,
+    if _for_browser(request):
+        response = await _refusal(
+            request, 503, message, title=_("TensorBoard is starting"), refresh=RETRY_SECONDS, job_id=job_id
         )
     else:
         response = _text(503, message)
     response.headers["Retry-After"] = str(RETRY_SECONDS)
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+def _for_browser(request) -> bool:
+    """A person's browser opening a page: a refusal is a page of the portal, not text."""
+    return (
+        request.method == "GET"
+        and "text/html" in request.headers.get("Accept", "")
+        and not request.headers.get("Authorization")
+    )
+
+
+REFUSAL_TITLES = {
+    400: gettext_lazy("This TensorBoard address is not allowed"),
+    404: gettext_lazy("TensorBoard not found"),
+    409: gettext_lazy("This job has no TensorBoard"),
+    502: gettext_lazy("TensorBoard is not available"),
+}
+
+
+async def _refusal(
+    request,
+    status: int,
+    message: str,
+    *,
+    title: str | None = None,
+    hint: str = "",
+    refresh: int | None = None,
+    job_id: int | None = None,
+) -> HttpResponse:
+    """Plain text for API and token clients; for a browser, a page of the portal with the same status."""
+    if not _for_browser(request):
+        return _text(status, f"{message}\n{hint}" if hint else message)
+    context = {
+        "status": status,
+        "title": title or str(REFUSAL_TITLES.get(status, "TensorBoard")),
+        "message": message,
+        "hint": hint,
+        "refresh": refresh,
+        # A 404 names no job: whether it exists is not the visitor's to know.
+        "job_url": reverse("job-detail", args=[job_id]) if job_id is not None and status != 404 else "",
+    }
+    framed = request.headers.get("Sec-Fetch-Dest") == "iframe"
+    template = "tensorboards/refusal_frame.html" if framed else "tensorboards/refusal.html"
+    body = await sync_to_async(loader.render_to_string)(template, context, request)
+    return HttpResponse(body, status=status)
 
 
 def _text(status: int, message: str) -> HttpResponse:

@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from accounts.models import Department
 
@@ -60,6 +61,8 @@ class Delivery(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["status", "next_attempt_at"], name="delivery_due")]
+        verbose_name = _("delivery")
+        verbose_name_plural = _("deliveries")
 
     def __str__(self):
         return f"delivery {self.pk} {self.event} ({self.status})"

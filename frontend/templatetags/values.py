@@ -144,7 +144,8 @@ def gpu_hours(value, unit: str = "seconds") -> str:
     hours = number if unit == "hours" else number / 3600
     if 0 < hours < 0.1:
         minutes = hours * 60
-        return ngettext("%(amount)s GPU-minute", "%(amount)s GPU-minutes", round(minutes) or 1) % {
+        # "1 GPU-minute", but "0.192 GPU-minutes": only exactly one is singular (English; Chinese has one form).
+        return ngettext("%(amount)s GPU-minute", "%(amount)s GPU-minutes", 1 if minutes == 1 else 2) % {
             "amount": _rounded(minutes)
         }
     return ngettext("%(amount)s GPU-hour", "%(amount)s GPU-hours", 1 if hours == 1 else 2) % {"amount": _rounded(hours)}
@@ -236,3 +237,10 @@ def lower_is_better(metric_name: str) -> bool:
     """Loss, error, perplexity, latency and the like are better low; everything else (accuracy, F1, ...) high."""
     name = metric_name.lower()
     return any(word in name for word in ("loss", "error", "err", "perplexity", "latency", "mse", "mae", "rmse", "wer"))
+
+
+@register.filter
+def best_index_for(values, metric_name) -> int | None:
+    """The index of the best value of the metric ``metric_name`` (lowest for losses, highest otherwise):
+    ``{% with best=values|best_index_for:name %}``."""
+    return best_index(values, "min" if lower_is_better(str(metric_name)) else "max")

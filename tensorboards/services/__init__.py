@@ -17,7 +17,8 @@ imports nothing from Django.
 This package is the one face of it that callers import (`from tensorboards import services as boards`):
 - services.reads: who may see which board, and the listings;
 - services.lifecycle: starting, opening, observing, verifying and stopping a board;
-- services.upkeep: the periodic care, stopping idle boards and reconciling the rest;
+- services.upkeep: the periodic care, stopping idle boards and reconciling the rest, and stopping this host's
+  boards when the portal stops;
 - services.runs: run discovery, what a board shows (its jobs' runs) and under which path;
 - services.backend: which backend runs a board, and what its errors mean to a caller.
 """
@@ -44,8 +45,8 @@ from tensorboards.services.lifecycle import (
     board_verify,
 )
 from tensorboards.services.reads import board_get, board_job_ids, board_of_job, boards_for
-from tensorboards.services.runs import board_url
-from tensorboards.services.upkeep import boards_reconcile, boards_stop_idle
+from tensorboards.services.runs import board_url, job_wrote_events
+from tensorboards.services.upkeep import boards_reconcile, boards_stop_idle, boards_stop_local
 
 __all__ = [
     "CLAIM_SECONDS",
@@ -74,4 +75,6 @@ __all__ = [
     "boards_for",
     "boards_reconcile",
     "boards_stop_idle",
+    "boards_stop_local",
+    "job_wrote_events",
 ]

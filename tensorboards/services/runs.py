@@ -7,6 +7,7 @@ a Kubernetes cluster each job's current run, as a subPath of the department's jo
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -68,6 +69,31 @@ def _runs_of(job: Job) -> list[tuple[str, str]]:
     }
     runs = [(f"{_run_name(job)}-{run_id}", str(JobDir(jobs_root / run_id).tensorboard)) for run_id in sorted(run_ids)]
     return [*runs, (f"{_run_name(job)}-{job.pk}", str(root / "tensorboard" / job.storage_key))]
+
+
+EVENTS_SCAN_LIMIT = 5000  # entries looked at before giving up: a job's folders are its own, and may be huge
+
+
+def job_wrote_events(job: Job) -> bool | None:
+    """Has the job written TensorBoard event files (``*tfevents*``) yet? None when the portal cannot tell
+    (a Kubernetes cluster keeps them on its own volume), False when its folders cannot be read."""
+    if job.cluster.backend == Cluster.Backend.KUBERNETES:
+        return None
+    try:
+        folders = [Path(folder) for _name, folder in _runs_of(job)]
+    except Conflict:
+        return False
+    seen = 0
+    for folder in folders:
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        for _directory, _subdirs, files in os.walk(folder):  # links are not followed
+            if any("tfevents" in name for name in files):
+                return True
+            seen += len(files) + len(_subdirs)
+            if seen > EVENTS_SCAN_LIMIT:
+                return False
+    return False
 
 
 def _run_name(job: Job) -> str:

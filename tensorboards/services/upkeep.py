@@ -2,7 +2,8 @@
 
 Owns stopping every board nobody visited for PORTAL_TENSORBOARD_IDLE_SECONDS, and bringing the starting and
 running ones up to date with their processes: noticing dead or ready ones, stopping one whose port another
-process serves (board_verify), and showing jobs' new runs.
+process serves (board_verify), and showing jobs' new runs. And stopping every board that runs on this host when
+the portal stops (boards_stop_local, `make run`'s Ctrl-C).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from clusters.models import Cluster
 from tensorboards.models import TensorBoard
-from tensorboards.services.backend import _call, board_backend
+from tensorboards.services.backend import _call, _cluster_of, board_backend
 from tensorboards.services.lifecycle import RUNNING, STARTING, STOPPED, board_observe, board_stop, board_verify
 from tensorboards.services.runs import _spec
 
@@ -39,4 +41,18 @@ def boards_reconcile(*, now: datetime | None = None) -> int:
         board = board_observe(board=board, now=now)
         if board.status == RUNNING and board_verify(board=board):
             _call(lambda board=board: board_backend(board).sync_runs(_spec(board)))
+    return stopped
+
+
+def boards_stop_local(*, message: str = "Stopped with the portal; it starts again when opened.") -> int:
+    """Stop every starting or running board whose process runs on this host (the portal is stopping: its
+    processes are detached and would outlive it). Boards on a Kubernetes cluster are not this host's and are
+    left to their idle timeout. Returns how many were stopped."""
+    stopped = 0
+    for board in TensorBoard.objects.filter(status__in=[STARTING, RUNNING]).order_by("pk"):
+        cluster = _cluster_of(board)
+        if cluster is not None and cluster.backend == Cluster.Backend.KUBERNETES:
+            continue
+        board = board_stop(board=board, message=message)
+        stopped += board.status == STOPPED
     return stopped

@@ -19,7 +19,7 @@ SOCKET_OUTCOME = """path => new Promise(resolve => {
 @pytest.mark.parametrize(
     ("path", "says"),
     [
-        ("/jobs/{id}/", "Not Found"),
+        ("/jobs/{id}/", "No job with that id in your departments."),
         ("/api/v1/jobs/{id}/logs/", "No job with that id in your departments."),
         ("/tensorboard/{id}/", "No TensorBoard with that id in your departments."),
     ],

@@ -2,6 +2,7 @@
 fixture is the API fake, tests/k8s/fixtures.py)."""
 
 import pytest
+from django.utils import timezone
 
 from clusters.models import Cluster
 from images import services
@@ -12,11 +13,16 @@ REGISTRY = "registry.example.com/portal"
 
 @pytest.fixture
 def cluster(world):
-    """A build cluster whose API nobody answers: for what is decided before a cluster is asked."""
+    """A build cluster whose API nobody answers: for what is decided before a cluster is asked. Its health was
+    checked a moment ago and found reachable (clusters.services keeps it for CHECK_EVERY_SECONDS), so a
+    submission does not ask it again."""
     return Cluster.objects.create(
         name="k8s",
         backend=Cluster.Backend.KUBERNETES,
         settings={"kube_url": "http://127.0.0.1:9", "build_registry": REGISTRY, "build_push_secret": "registry-push"},
+        health=Cluster.Health.REACHABLE,
+        health_checked_at=timezone.now(),
+        health_since=timezone.now(),
     )
 
 

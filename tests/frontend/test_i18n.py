@@ -210,8 +210,8 @@ def test_the_jobs_list_and_job_page_speak_chinese(chinese, world):
     html = page(chinese, f"/jobs/{waiting.pk}/")
     assert "队列第 1 位" in html and "尚未分配" in html
     assert (
-        f"<strong>等待原因：</strong> {REASONS[waiting.pending_reason][0]} <code>{waiting.pending_reason}</code>"
-        in html
+        f'<strong>等待原因：</strong> <span class="reason" title="{waiting.pending_reason}">'
+        f"{REASONS[waiting.pending_reason][0]}</span>" in html
     )
 
 
@@ -219,9 +219,9 @@ def test_the_queue_names_why_jobs_wait_in_chinese_and_english(chinese, world):
     submit(world.alice, name="big", gpus_per_worker=8)
     waiting = submit(world.alice, name="waiting")
     zh, en = REASONS[waiting.pending_reason]
-    assert f'{zh} <code class="small">{waiting.pending_reason}</code>' in page(chinese, "/queue/")
+    assert f'<span class="reason" title="{waiting.pending_reason}">{zh}</span>' in page(chinese, "/queue/")
     switch(chinese, "en")
-    assert f'{en} <code class="small">{waiting.pending_reason}</code>' in page(chinese, "/queue/")
+    assert f'<span class="reason" title="{waiting.pending_reason}">{en}</span>' in page(chinese, "/queue/")
 
 
 def test_the_console_and_tokens_pages_speak_chinese(client, world):

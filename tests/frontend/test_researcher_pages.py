@@ -123,7 +123,9 @@ def test_a_queued_job_shows_why_it_waits_and_its_position(client, world):
     submit(world.alice, name="big", gpus_per_worker=8)
     waiting = submit(world.alice, name="waiting")
     html = signed_in(client, world.alice).get(f"/jobs/{waiting.pk}/").content.decode()
-    assert f"<code>{waiting.pending_reason}</code>" in html
+    # The reason as its label, the code only in the tooltip.
+    assert f'<span class="reason" title="{waiting.pending_reason}">Quota used up</span>' in html
+    assert f"<code>{waiting.pending_reason}</code>" not in html
     assert "position 1 in the queue" in html
     assert waiting.status_message.replace("'", "&#x27;") in html
     assert "Not placed yet" in html
@@ -171,7 +173,7 @@ def test_the_queue_shows_admission_order_with_reasons(client, world):
     html = signed_in(client, world.alice).get("/queue/?cluster=local&gpu_type=sim").content.decode()
     assert html.index("first-waiting") < html.index("second-waiting")
     first.refresh_from_db()
-    assert first.pending_reason and f'<code class="small">{first.pending_reason}</code>' in html
+    assert first.pending_reason and f'<span class="reason" title="{first.pending_reason}">' in html
     assert "nlp-waiting" not in html
     assert "No job of your departments is waiting here" in client.get("/queue/?gpu_type=V100").content.decode()
 

@@ -131,7 +131,8 @@ def test_validation_errors_appear_beside_their_fields(client, world):
     assert response.status_code == 200
     html = response.content.decode()
     assert "The job was not submitted. Fix the fields marked below." in html
-    assert "DNS-1035" in field_html(html, "name")
+    assert "starting with a letter and not ending with" in field_html(html, "name")
+    assert "DNS-1035" not in field_html(html, "name")  # words a researcher knows
     assert "Code URLs with &#x27;ftp://&#x27; are not accepted" in field_html(html, "code_url")
     assert "This field is required." in field_html(html, "command")
     assert "Use between 1 and 64 workers." in field_html(html, "workers")  # a rule of the service, not the form

@@ -35,6 +35,8 @@ def test_no_duration_is_a_dash_not_an_error():
         (0, "0 GPU-hours"),
         (736.37, "0.205 GPU-hours"),  # 0.204547 GPU-hours, the example
         (185, "3.08 GPU-minutes"),
+        (11.5, "0.192 GPU-minutes"),  # a short run: a fraction of a minute is plural too
+        (60, "1 GPU-minute"),
         (3600, "1 GPU-hour"),
         (0.204547 * 3600 * 10, "2.05 GPU-hours"),
         (1234.4 * 3600, "1,234 GPU-hours"),
@@ -60,6 +62,9 @@ def test_best_value_follows_the_metric_direction():
     assert values.best_index([0.5, 0.9, 0.7]) == 1
     assert values.best_index([0.5, 0.2, 0.7], "min") == 1
     assert values.lower_is_better("val_loss") and not values.lower_is_better("accuracy")
+    assert values.best_index_for([0.5, 0.2, None, 0.7], "loss/train") == 1
+    assert values.best_index_for([0.5, 0.2, None, 0.7], "accuracy/test") == 3
+    assert values.best_index_for([None, "n/a"], "accuracy") is None
 
 
 def test_statuses_and_reasons_are_words_translated():

@@ -17,6 +17,7 @@ import sys
 import time
 
 import pytest
+from django.utils.html import escape
 
 from clusters import listeners, local_procs
 from tensorboards import services as boards
@@ -114,7 +115,7 @@ def test_the_proxy_never_serves_an_impostor_that_killed_the_board_and_took_its_p
     page, html = fetch(f"/tensorboard/{job_id}/", user=portal.alice, accept="text/html")
     assert PWNED not in html
     assert page.status_code == 503
-    assert boards.NOT_OURS.encode() in html
+    assert escape(boards.NOT_OURS).encode() in html  # on the portal's page (tensorboards/proxy.py)
     stopped = TensorBoard.objects.get(pk=board.pk)
     assert (stopped.status, stopped.message) == ("stopped", boards.NOT_OURS)
 

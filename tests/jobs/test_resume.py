@@ -8,7 +8,7 @@ reclaim by the scheduler. The run through real processes is tests/examples/test_
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.test import Client
@@ -128,7 +128,8 @@ def test_the_job_page_shows_its_runs_and_lost_gpu_hours(world, borrower):
     page = client.get(f"/jobs/{job.pk}/").content.decode()
 
     assert '<dt>Runs</dt><dd>1 <span class="muted">(Preemptions: 1)</span></dd>' in page
-    assert f'<dt>Lost GPU-hours</dt><dd>4 <span class="muted">(last checkpoint {checkpoint:%H:%M:%S})</span>' in page
+    assert "(4 GPU-hours lost to preemption)" in page
+    assert f'<dt>Last checkpoint</dt><dd><time datetime="{checkpoint.astimezone(UTC).isoformat()}"' in page
 
 
 @pytest.mark.django_db

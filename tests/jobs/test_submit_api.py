@@ -120,9 +120,7 @@ def test_it_reports_type_errors_beside_the_other_fields_problems(world):
     assert response.status_code == 400
     assert response.json() == {
         "workers": ["A valid integer is required."],
-        "name": [
-            "Use lower-case letters, digits and '-', starting with a letter and not ending with '-' (a DNS-1035 label)."
-        ],
+        "name": ["Use lower-case letters, digits and '-', starting with a letter and not ending with '-'."],
     }
 
 

@@ -63,6 +63,7 @@ def test_the_model_list_shows_only_the_callers_departments(registry, one_version
 
 PAGES = [
     ("get", "/models/digits/", {}),
+    ("get", "/models/digits/versions/1/", {}),
     ("post", "/models/digits/versions/1/alias/", {"alias": "champion"}),
     ("post", "/models/digits/versions/1/tags/", {"key": "k", "value": "v"}),
     ("post", "/models/digits/versions/", {"source_job": "1", "artifact_path": "model.joblib"}),
@@ -108,16 +109,21 @@ def test_the_model_page_compares_versions_and_links_their_lineage(registry, sett
     assert f'<a href="/jobs/{first.pk}/">' in html and f'<a href="/jobs/{second.pk}/">' in html
     assert f'href="https://git.example.com/team/digits/commit/{COMMIT}"' in html
     assert "dataset=v2" in html
+    assert '<a href="/models/digits/versions/1/"><strong>v1</strong></a>' in html
     compare = html[html.index('id="metrics-heading"') :]
-    assert '<code>accuracy/test</code></th><td class="number">0.875</td><td class="number">0.9375</td>' in compare
+    # 4 significant digits, the best of each row marked (the higher accuracy; loss/train has one value only)
     assert (
-        '<code>loss/train</code></th><td class="number"><span class="muted">–</span></td><td class="number">0.125</td>'
-        in compare
-    )
+        '<code>accuracy/test</code></th><td class="number"><span title="0.875">0.875</span></td>'
+        '<td class="number"><span class="best" title="0.9375">0.9375</span>'
+    ) in compare
+    assert (
+        '<code>loss/train</code></th><td class="number"><span class="muted">–</span></td>'
+        '<td class="number"><span class="best" title="0.125">0.125</span>'
+    ) in compare
 
     only_second = client.get("/models/digits/?compare=2").content.decode()
     compare = only_second[only_second.index('id="metrics-heading"') :]
-    assert '<code>accuracy/test</code></th><td class="number">0.9375</td></tr>' in compare
+    assert '<code>accuracy/test</code></th><td class="number"><span title="0.9375">0.9375</span></td></tr>' in compare
 
 
 def test_alias_and_tag_buttons_change_the_version(registry, one_version, client):
@@ -146,12 +152,19 @@ def test_a_model_and_a_version_can_be_made_in_the_browser(registry, settings, cl
     assert refused.status_code == 400 and "is not a valid model name" in refused.content.decode()
     assert client.post("/models/", {"name": "digits", "department": "vision"})["Location"] == "/models/digits/"
     page = client.post(
-        "/models/digits/versions/", {"source_job": str(job.pk), "artifact_path": "nope.joblib"}, follow=True
+        "/models/digits/versions/", {"source_job": str(job.pk), "artifact_path": "nope.joblib", "framework": "onnx"}
     )
-    assert "&#x27;nope.joblib&#x27; does not exist in the output folder of job" in page.content.decode()
+    html = page.content.decode()
+    assert page.status_code == 400
+    assert "&#x27;nope.joblib&#x27; does not exist in the output folder of job" in html
+    # what was typed stays in the form, the field with the problem marked
+    assert f'name="source_job" required inputmode="numeric" pattern="[0-9]+" placeholder="42" value="{job.pk}"' in html
+    assert 'class="field has-error">\n      <label for="r-path">' in html and 'value="nope.joblib"' in html
+    assert '<option value="onnx" selected>onnx</option>' in html
     page = client.post(
         "/models/digits/versions/", {"source_job": str(job.pk), "artifact_path": "model.joblib"}, follow=True
     )
+    assert page.redirect_chain[-1][0] == "/models/digits/versions/1/"
     assert "Version 1 registered." in page.content.decode()
     assert ModelVersion.objects.get().lineage["job"] == job.pk
 

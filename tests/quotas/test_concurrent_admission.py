@@ -17,7 +17,8 @@ ROOM = 10
 
 @pytest.mark.django_db(transaction=True)
 def test_200_concurrent_submissions_into_room_for_10_admit_exactly_10(world):
-    cluster = Cluster.objects.create(name="race", backend="kubernetes", settings={})
+    # A local cluster: one that takes jobs (a Kubernetes one without connection settings is refused at once).
+    cluster = Cluster.objects.create(name="race", backend="local", settings={})
     pool = GpuPool.objects.create(cluster=cluster, gpu_type="A100", nodes=1, gpus_per_node=ROOM)
     Quota.objects.create(department=Department.objects.get(slug="vision"), pool=pool, nominal=ROOM, borrowing_limit=0)
     data = {

@@ -179,6 +179,10 @@ def test_it_lists_clusters_with_their_pools(world):
                     "placement": "binpack",
                 }
             ],
+            "health": "unknown",  # not checked yet (the reconcile checks it)
+            "health_reason": "",
+            "health_message": "",
+            "health_checked_at": None,
         }
     ]
 

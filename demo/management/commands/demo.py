@@ -32,8 +32,8 @@ class Command(BaseCommand):
             kind = "simulated" if pool.simulated else "detected with nvidia-smi"
             out.write(f"  GPUs:      {pool.gpus} x {pool.gpu_type} ({kind}) in cluster 'local'")
         out.write(
-            "  Cluster 'k8s-demo' (kubernetes, no cluster behind it): render its manifests with "
-            "`python manage.py render_manifests --spec SPEC.json`"
+            "  Cluster 'k8s-demo' (a rendering-only example: kubernetes, no cluster behind it, takes no jobs): "
+            "preview its manifests with `python manage.py render_manifests --spec SPEC.json`"
         )
         for cluster in Cluster.objects.filter(backend=Cluster.Backend.LOCAL):
             for warning in cluster_warnings(cluster=cluster):

@@ -138,6 +138,7 @@
     showLiveStatus("");
     restoreSelection();
     applyGeometry();
+    jobLiveChanged();
   });
 
   /* --- bar geometry -------------------------------------------------------------- */
@@ -241,10 +242,62 @@
         if (controller) start();
       });
     }
-    start();
+    if (!panel.hasAttribute("data-logs-waiting")) { start(); return; }
+    // A job that has not started has no log yet: the panel says so, and follows once the live part says it started.
+    panel.logsStart = function () {
+      panel.removeAttribute("data-logs-waiting");
+      var tools = panel.querySelector("[data-logs-tools]");
+      if (tools) tools.hidden = false;
+      output.hidden = false;
+      state.className = "muted";
+      start();
+    };
+  }
+
+  // The job page's live part was refreshed: start what waited for the job to start (its log, TensorBoard).
+  function jobLiveChanged() {
+    var live = document.getElementById("job-live");
+    if (!live) return;
+    var logs = document.querySelector("[data-logs][data-logs-waiting]");
+    if (logs && logs.logsStart && live.getAttribute("data-job-log") === "started") logs.logsStart();
+    var board = document.querySelector("[data-tensorboard][data-tensorboard-when-running]");
+    if (board && live.getAttribute("data-job-status") === "running") {
+      board.removeAttribute("data-tensorboard-when-running");
+      var button = board.querySelector("[data-tensorboard-open]");
+      var state = board.querySelector("[data-tensorboard-state]");
+      if (button) button.hidden = false;
+      if (state) { state.className = "muted"; state.textContent = state.getAttribute("data-text-ready"); }
+    }
   }
 
   /* --- TensorBoard ------------------------------------------------------------- */
+
+  // TensorBoard opens its settings pane unless its settings (localStorage "_tb_global_settings", on the
+  // portal's origin since it is proxied) say otherwise: closed unless the user opened it once (TensorBoard
+  // saves that choice in the same place).
+  function tensorBoardDefaults() {
+    try {
+      var saved = JSON.parse(window.localStorage.getItem("_tb_global_settings") || "{}");
+      if (typeof saved !== "object" || saved === null) saved = {};
+      if (typeof saved.timeSeriesSettingsPaneOpened !== "boolean") {
+        saved.timeSeriesSettingsPaneOpened = false;
+        window.localStorage.setItem("_tb_global_settings", JSON.stringify(saved));
+      }
+    } catch (error) { /* storage blocked: TensorBoard keeps its own default */ }
+  }
+
+  // The portal's page of a comparison board (/tensorboards/<id>/): the board in a frame, its defaults set first.
+  function embedBoard(holder) {
+    tensorBoardDefaults();
+    var iframe = document.createElement("iframe");
+    iframe.src = holder.getAttribute("data-tensorboard-embed");
+    iframe.title = holder.getAttribute("data-title") || "TensorBoard";
+    iframe.className = "tensorboard full";
+    iframe.setAttribute("sandbox", "allow-scripts allow-same-origin allow-downloads");
+    iframe.referrerPolicy = "same-origin";
+    holder.innerHTML = "";
+    holder.appendChild(iframe);
+  }
 
   function wireTensorBoard(panel) {
     var button = panel.querySelector("[data-tensorboard-open]");
@@ -256,6 +309,7 @@
       state.textContent = panel.getAttribute("data-text-starting") || gettext("Starting TensorBoard…");
       postJson(panel.getAttribute("data-tensorboard-url"))
         .then(function (data) {
+          tensorBoardDefaults();
           frame.innerHTML = "";
           var iframe = document.createElement("iframe");
           iframe.src = data.url;
@@ -286,23 +340,41 @@
     document.querySelectorAll("input.select-job").forEach(function (box) { box.checked = !!selected[box.value]; });
     updateCompare();
   }
+  function selectedWith(attribute) {
+    return Object.keys(selected).filter(function (id) { return selected[id][attribute]; });
+  }
   function updateCompare() {
     var button = document.querySelector("[data-compare]");
-    if (button) button.disabled = Object.keys(selected).length < 2;
+    if (button) button.disabled = selectedWith("tensorboard").length < 2;
+    // Bulk cancel (jobs list): the boxes of jobs the user may cancel belong to its form; the server asks to confirm.
+    var cancel = document.querySelector("[data-bulk-cancel]");
+    if (cancel) {
+      var count = selectedWith("cancellable").length;
+      cancel.disabled = count === 0;
+      if (!cancel.hasAttribute("data-label-none")) cancel.setAttribute("data-label-none", cancel.textContent);
+      cancel.textContent = count === 0 ? cancel.getAttribute("data-label-none")
+        : count === 1 ? cancel.getAttribute("data-label-one")
+        : interpolate(cancel.getAttribute("data-label-many"), { count: count }, true);
+    }
   }
   document.addEventListener("change", function (event) {
     var box = event.target;
     if (!box.classList || !box.classList.contains("select-job")) return;
-    if (box.checked) selected[box.value] = true; else delete selected[box.value];
+    if (box.checked) {
+      selected[box.value] = { tensorboard: box.hasAttribute("data-tensorboard"), cancellable: box.hasAttribute("data-cancellable") };
+    } else {
+      delete selected[box.value];
+    }
     updateCompare();
   });
   function wireCompare(button) {
     var error = document.querySelector("[data-compare-error]");
     button.addEventListener("click", function () {
-      var ids = Object.keys(selected).map(Number);
+      var ids = selectedWith("tensorboard").map(Number);
       button.disabled = true;
       postJson(button.getAttribute("data-compare-url"), { jobs: ids })
-        .then(function (data) { window.location.href = data.url; })
+        // The board's page in the portal (navigation, its jobs, a way back), not TensorBoard alone.
+        .then(function (data) { window.location.href = "/tensorboards/" + data.id + "/"; })
         .catch(function (problem) {
           if (error) { error.textContent = problem.message; error.hidden = false; }
           updateCompare();
@@ -314,11 +386,17 @@
 
   function init() {
     applyGeometry();
+    // Boxes the browser kept checked (back to the page) count as selected.
+    document.querySelectorAll("input.select-job:checked").forEach(function (box) {
+      selected[box.value] = { tensorboard: box.hasAttribute("data-tensorboard"), cancellable: box.hasAttribute("data-cancellable") };
+    });
+    updateCompare();
     document.querySelectorAll("[data-copy-from]").forEach(wireCopy);
     wireSockets();
     document.querySelectorAll("[data-logs]").forEach(wireLogs);
     document.querySelectorAll("[data-tensorboard]").forEach(wireTensorBoard);
     document.querySelectorAll("[data-compare]").forEach(wireCompare);
+    document.querySelectorAll("[data-tensorboard-embed]").forEach(embedBoard);
     var summary = document.querySelector("[data-autofocus]");
     if (summary) summary.focus();
   }

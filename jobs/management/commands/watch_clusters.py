@@ -18,10 +18,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
+from clusters import health
 from clusters.errors import ExecutorError
 from clusters.kube import Kube
 from clusters.models import Cluster
-from clusters.services import cluster_settings
+from clusters.services import cluster_health, cluster_settings
 from core import heartbeats
 from jobs import lifecycle
 from jobs.executors.k8s_watch import JobWatcher
@@ -48,6 +49,8 @@ class Command(BaseCommand):
         lock = threading.Lock()  # one observation at a time: they write jobs and run admission
         threads = []
         for cluster in clusters:
+            if cluster_health(cluster).reason == health.RENDERING_ONLY:  # never connected to (clusters/health.py)
+                continue
             try:
                 kube = Kube.from_settings(cluster.settings)
                 executor = KubernetesExecutor(kube, cluster_settings(cluster))
