@@ -258,6 +258,14 @@ def test_promote_and_rollback_ask_first_and_the_history_keeps_every_revision(vis
     expect(history.nth(1)).to_contain_text("promote b")
     expect(history.nth(2)).to_contain_text("created")
     screenshot(page, "12-deployment-after-rollback")
+    # The deployment page in both languages for the suite's screenshots of every page (test_screenshots.py
+    # cannot take it: this module's deployment is gone by then, with its model servers).
+    screenshot(page, "en-deployment")
+    page.get_by_role("button", name="简体中文").click()
+    expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
+    screenshot(page, "zh-deployment")
+    page.get_by_role("button", name="English").click()
+    expect(page.locator("html")).to_have_attribute("lang", "en")
 
     # A change made elsewhere (the API, a rollout step) shows without a reload.
     in_portal(

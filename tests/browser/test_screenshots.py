@@ -4,8 +4,10 @@
 The pages are those of the URLconfs (config/urls.py, frontend/urls.py, frontend/urls_console.py,
 webhooks/urls_console.py, models_registry/urls_ui.py, serving/urls_ui.py, images/urls_ui.py): each is opened
 as the user who would open it, must answer the expected status and show the portal's header. A page about one
-object (a model version, a deployment, an image build) is taken of the first such object the portal has; when
-it has none yet (this file run alone), that page is left out and named in the test's output.
+object is taken of the first such object the portal has; a model with a version and a finished image build are
+made for this test when the portal has none (by a process of its own: this one may not touch the database while
+the browser runs). The deployment page is taken by test_models_pages.py, whose deployment (and its model
+servers) exists only there; run alone, this file names it as left out.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import Portal, screenshot
+from tests.browser.test_models_pages import in_portal
 from tests.conftest import PASSWORD
 
 LANGUAGES = {"en": "English", "zh": "简体中文"}
@@ -57,6 +60,60 @@ def token_of(portal: Portal, username: str) -> str:
 def first(listing) -> dict | None:
     rows = listing.get("results", listing) if isinstance(listing, dict) else listing
     return rows[0] if rows else None
+
+
+SEED = """
+import json, sys
+
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from accounts.models import Department
+from clusters.models import Cluster
+from images.models import ImageBuild
+from models_registry.models import ModelVersion, RegisteredModel
+
+given = json.loads(sys.argv[1])
+alice = get_user_model().objects.get(username="alice")
+vision = Department.objects.get(slug="vision")
+if not RegisteredModel.objects.filter(department=vision).exists():
+    model = RegisteredModel.objects.create(name=given["model"], department=vision, created_by=alice)
+    ModelVersion.objects.create(
+        model=model, version=1, artifact_uri="store://" + given["model"] + "/1/model.joblib",
+        metrics={"accuracy/test": 0.91234567}, created_by=alice,
+    )
+if not ImageBuild.objects.filter(department=vision).exists():
+    ImageBuild.objects.create(
+        department=vision, cluster=Cluster.objects.order_by("name").first(), requested_by=alice,
+        name=given["build"], dockerfile="FROM python:3.11", status=ImageBuild.Status.FAILED,
+        message="The build pod was not scheduled.", finished_at=timezone.now(),
+    )
+"""
+
+CLEAN_UP = """
+import json, sys
+
+import django
+django.setup()
+from images.models import ImageBuild
+from models_registry.models import RegisteredModel
+
+given = json.loads(sys.argv[1])
+RegisteredModel.objects.filter(name=given["model"]).delete()
+ImageBuild.objects.filter(name=given["build"]).delete()
+"""
+
+
+@pytest.fixture(scope="module")
+def seeded(portal) -> Iterator[Portal]:
+    names = {"model": "screenshot-model", "build": "screenshot-image"}
+    in_portal(portal, SEED, **names)
+    try:
+        yield portal
+    finally:
+        in_portal(portal, CLEAN_UP, **names)
 
 
 def object_pages(portal: Portal) -> tuple[list[Shot], list[str]]:
@@ -135,7 +192,8 @@ def take(page: Page, language: str, shot: Shot) -> None:
 
 
 @pytest.mark.parametrize("language", ["en", "zh"])
-def test_every_page_in_english_and_chinese_is_screenshotted(visitor, portal, language, capsys):
+def test_every_page_in_english_and_chinese_is_screenshotted(visitor, seeded, language, capsys):
+    portal = seeded
     objects, missing = object_pages(portal)
     pages: list[tuple[str, Callable[[], list[Shot]]]] = [
         ("alice", lambda: researcher_pages(portal) + objects),
