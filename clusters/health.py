@@ -46,6 +46,11 @@ class Health:
         """Does the cluster take jobs? An unknown state is not refused here: a submission checks it first."""
         return self.state in (REACHABLE, UNKNOWN)
 
+    @property
+    def takes_builds(self) -> bool:
+        """Does the cluster take image builds? Kaniko runs as a plain batch Job: no Training Operator needed."""
+        return self.usable or self.state == NOT_READY
+
 
 def configuration_problem(
     backend: str, settings: Mapping, *, in_cluster_available: bool, default_kubeconfig: bool
@@ -130,7 +135,7 @@ def short_reason(health: Health) -> str:
 
 def refusal(cluster: str, health: Health, what: str = "jobs") -> str | None:
     """Why ``what`` cannot go to this cluster, as the sentence a submission is refused with (None: it can)."""
-    if health.usable:
+    if health.takes_builds if what == "image builds" else health.usable:
         return None
     state = "is not ready" if health.state == NOT_READY else "is unreachable"
     return f"Cluster {cluster} {state} ({short_reason(health)}): it takes no {what} now. {health.message}".strip()

@@ -28,10 +28,12 @@ class ClusterSelect(forms.Select):
         return option
 
 
-def cluster_choices(clusters, field: forms.ChoiceField) -> None:
-    """Offer ``clusters`` in ``field`` (a ClusterSelect), each labelled with its health; unusable ones disabled."""
+def cluster_choices(clusters, field: forms.ChoiceField, *, builds: bool = False) -> None:
+    """Offer ``clusters`` in ``field`` (a ClusterSelect), each labelled with its health; unusable ones disabled
+    (for ``builds``, a cluster without the Training Operator still takes them)."""
     field.choices = [(c.name, cluster_choice_label(c)) for c in clusters]
-    field.widget.disabled_values = {c.name for c in clusters if not cluster_health(c).usable}
+    usable = (lambda c: cluster_health(c).takes_builds) if builds else (lambda c: cluster_health(c).usable)
+    field.widget.disabled_values = {c.name for c in clusters if not usable(c)}
 
 
 class BuildForm(forms.Form):
@@ -86,7 +88,7 @@ class BuildForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["department"].choices = [(d.slug, d.slug) for d in account_selectors.departments_usable(user=user)]
         clusters = list(Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES).order_by("pk"))
-        cluster_choices(clusters, self.fields["cluster"])
+        cluster_choices(clusters, self.fields["cluster"], builds=True)
         usable = [c.name for c in clusters if c.name not in self.fields["cluster"].widget.disabled_values]
         if usable and not self.is_bound:
             self.initial.setdefault("cluster", usable[0])

@@ -18,11 +18,12 @@ from django.utils import timezone
 
 from accounts import permissions
 from accounts.services import audit_record
+from clusters import health
 from clusters.errors import ExecutorError
 from clusters.k8s import ManifestError, namespace_manifest
 from clusters.manifest_validation import ManifestInvalid, check_manifests
 from clusters.models import Cluster
-from clusters.services import executor_call
+from clusters.services import cluster_health, executor_call
 from core.celery import TransientError
 from core.errors import Conflict, InvalidInput
 from images import manifests, tasks
@@ -235,8 +236,13 @@ def builds_reconcile() -> dict[str, int]:
 
     A cluster that does not answer holds up only its own builds: each build is tried on its own.
     """
-    counts = {"launched": 0, "followed": 0, "cleaned": 0, "errors": 0}
+    counts = {"launched": 0, "followed": 0, "cleaned": 0, "errors": 0, "held": 0}
     for build in ImageBuild.objects.filter(status__in=ImageBuild.ACTIVE).select_related("cluster", "department"):
+        found = cluster_health(build.cluster)  # as stored: the cluster's state changes are logged once, there
+        if not found.takes_builds:
+            counts["held"] += 1
+            _hold(build, found)
+            continue
         try:
             if build.launched_at is None:
                 build_launch(build_id=build.pk)
@@ -258,6 +264,17 @@ def builds_reconcile() -> dict[str, int]:
             counts["errors"] += 1
             log.warning("build %s: could not delete its objects yet: %s", build.pk, exc)
     return counts
+
+
+def _hold(build: ImageBuild, found) -> None:
+    """A build whose cluster cannot be reached waits for it, saying so (once), instead of failing every tick."""
+    message = (
+        f"Waiting for cluster {build.cluster.name}, which is unreachable ({health.short_reason(found)}); "
+        "the build goes on when it is back."
+    )
+    if build.message != message:
+        build.message = message
+        build.save(update_fields=["message"])
 
 
 def build_logs(*, build: ImageBuild) -> str:

@@ -129,7 +129,7 @@ def _cluster(name: str, fail) -> Cluster | None:
             return None
     else:
         kubernetes = Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES).order_by("pk")
-        usable = [c for c in kubernetes if cluster_health(c).usable]  # the stored health: no network call here
+        usable = [c for c in kubernetes if cluster_health(c).takes_builds]  # the stored health: no network call here
         cluster = (
             next((c for c in usable if c.settings.get("build_registry")), None)
             or next((c for c in kubernetes if c.settings.get("build_registry")), None)

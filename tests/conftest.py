@@ -7,8 +7,10 @@ The world is the demo world that `make run` loads, with a known password.
 from __future__ import annotations
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.db import connections
+from django.utils import translation
 from rest_framework.test import APIClient
 
 from accounts.tokens import token_create
@@ -71,6 +73,16 @@ def django_db_setup(django_db_setup, django_db_blocker) -> None:
 @pytest.fixture
 def world(db, tmp_path) -> World:
     return World(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _english_outside_requests():
+    """Each test starts in the portal's default language. A request in Chinese leaves Chinese active in its
+    thread (LocaleMiddleware activates a language and nothing deactivates it), so without this a test that
+    reads a message outside a request would see the language of whichever test ran before it."""
+    translation.activate(django_settings.LANGUAGE_CODE)
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,7 @@
 """Image builds on a cluster: the real kubernetes client against the API fake (tests/k8s/kfake.py), whose
 simulated Job controller and kubelet the tests move: submit -> Job -> pod running -> image in the catalogue."""
 
+from clusters.models import Cluster
 from images import services
 from images.models import FrameworkImage, ImageBuild
 from tests.builds.conftest import DOCKERFILE, REGISTRY
@@ -189,3 +190,35 @@ def test_a_log_the_cluster_cannot_serve_is_a_503_with_the_reason(world, kube_clu
     response = world.api(world.alice).get(build["logs_url"])
     assert response.status_code == 503
     assert response.json()["detail"].startswith("Cannot read the build's log from cluster k8s:")
+
+
+def test_a_build_on_a_cluster_that_went_away_waits_saying_so_and_goes_on_when_it_is_back(
+    world, kube_cluster, kube, caplog
+):
+    build = submit(world)
+    # The cluster's check found it unreachable after the build was accepted (clusters.services stores it).
+    kube_cluster.health, kube_cluster.health_reason = Cluster.Health.UNREACHABLE, "api_unanswered"
+    kube_cluster.save(update_fields=["health", "health_reason"])
+    caplog.set_level("WARNING", logger="images")
+
+    for _ in range(3):
+        services.builds_reconcile()
+
+    waiting = read(world, build)
+    assert waiting["status"] == "queued", "a cluster that went away fails no build"
+    assert waiting["message"].startswith("Waiting for cluster k8s, which is unreachable (the API server does not")
+    assert kube.list("batch/v1", "Job", NS) == [], "nothing was sent to the cluster"
+    assert [r for r in caplog.records if r.name.startswith("images")] == [], "no warning per tick"
+
+    kube_cluster.health = Cluster.Health.REACHABLE
+    kube_cluster.save(update_fields=["health"])
+    services.builds_reconcile()
+    assert kube.get("batch/v1", "Job", NS, job_name(build))["metadata"]["name"] == job_name(build)
+
+
+def test_a_cluster_without_the_training_operator_still_takes_image_builds(world, kube_cluster, kube):
+    kube_cluster.health, kube_cluster.health_reason = Cluster.Health.NOT_READY, "operator_missing"
+    kube_cluster.save(update_fields=["health", "health_reason"])
+    build = submit(world)  # accepted: Kaniko runs as a plain batch Job
+    services.builds_reconcile()
+    assert kube.get("batch/v1", "Job", NS, job_name(build))["metadata"]["name"] == job_name(build)
