@@ -235,7 +235,11 @@ CELERY_BEAT_SCHEDULE = {
     "collect-job-garbage": {"task": "jobs.tasks.collect_garbage", "schedule": 600.0},
     # Finished jobs' files past PORTAL_JOB_RETENTION_DAYS, and job environments unused for PORTAL_JOB_ENV_UNUSED_DAYS.
     "clean-up-job-files": {"task": "jobs.tasks.clean_up_job_files", "schedule": 3600.0},
+    # Quota loans that are due end (loan.expire) and a scheduling cycle takes their GPUs back (quotas.services).
+    "expire-quota-loans": {"task": "quotas.tasks.expire_quota_loans", "schedule": 5.0, "options": {"expires": 5.0}},
 }
+# The longest a quota loan may last (quotas.services.loan_create).
+PORTAL_QUOTA_LOAN_MAX_DAYS = 90
 
 # --- Logs and disk (jobs/executors/log_reader.py, jobs/retention.py, jobs/executors/local_disk.py) ---
 # A log line longer than this many bytes is shown as its first bytes and "… [line cut: N bytes]".

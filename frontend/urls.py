@@ -11,6 +11,7 @@ urlpatterns = [
     path("jobs/", views.job_list, name="job-list"),
     path("jobs/new/", views.job_new, name="job-new"),
     path("jobs/new/sizing/", views.job_new_sizing, name="job-new-sizing"),
+    path("jobs/new/preview/", views.job_new_preview, name="job-new-preview"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
     path("jobs/<int:job_id>/register/", views.job_register_version, name="job-register-version"),

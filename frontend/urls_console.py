@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from frontend.console import audit, members, overview, priorities, quotas, storage, usage
+from frontend.console import audit, loans, members, overview, priorities, quotas, storage, usage
 
 app_name = "console"
 
@@ -18,6 +18,8 @@ urlpatterns = [
     path("departments/<slug:slug>/members/<int:membership_id>/remove/", members.member_remove, name="member-remove"),
     path("departments/<slug:slug>/members/<int:membership_id>/unlock/", members.member_unlock, name="member-unlock"),
     path("departments/<slug:slug>/quotas/", quotas.quotas, name="quotas"),
+    path("departments/<slug:slug>/loans/", loans.loans, name="loans"),
+    path("departments/<slug:slug>/loans/<int:loan_id>/end/", loans.loan_end, name="loan-end"),
     path("departments/<slug:slug>/storage/", storage.storage, name="storage"),
     path("departments/<slug:slug>/storage/<int:storage_id>/", storage.storage_edit, name="storage-edit"),
     path("departments/<slug:slug>/storage/<int:storage_id>/delete/", storage.storage_delete, name="storage-delete"),

@@ -5,6 +5,8 @@ the part polls itself every few seconds, and refreshes at once when the
 page's websocket hears of a change (static/frontend/portal.js).
 """
 
+from datetime import timedelta
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -27,8 +29,9 @@ from clusters.cluster_settings import cluster_warnings, clusters_unisolated
 from clusters.services import cluster_health_shown
 from core.api import visible_or_404
 from core.errors import Conflict, InvalidInput
-from frontend.forms import JobForm
+from frontend.forms import FORM_FIELD, JobForm
 from jobs import lifecycle, selectors, services
+from jobs import preview as job_previews
 from jobs import usage as job_usage
 from jobs.models import Job
 from models_registry import from_job as registry_from_job
@@ -253,6 +256,39 @@ def job_new(request):
         "sizing": form.sizing(),
     }
     return render(request, "frontend/job_new.html", context)
+
+
+@login_required
+@require_POST
+def job_new_preview(request):
+    """The submit form's start preview as HTML: what POST /api/v1/jobs/preview/ answers (jobs.preview) for the form
+    as it is filled in, in words. The form's script posts the form (with its CSRF token) as fields change."""
+    form = JobForm(request.POST, user=request.user)
+    values, type_errors = form.submission()
+    asked = timezone.now()
+    context: dict = {"preview": None, "alternatives": [], "problems": []}
+    try:
+        found = job_previews.job_preview(
+            user=request.user, data=values, type_errors=type_errors, now=asked, partial=True
+        )
+    except InvalidInput as exc:
+        for field, messages in exc.errors.items():
+            shown = form.fields.get(FORM_FIELD.get(field, field))
+            label = shown.label if shown is not None else ""
+            for message in messages if isinstance(messages, list) else [messages]:
+                context["problems"].append({"label": label, "message": str(message)})
+    else:
+        soon = asked + timedelta(seconds=job_previews.SOONER_BY_SECONDS)
+        context["preview"] = found
+        # "likely 14:20, at the latest 16:00" when history says sooner than the limits do
+        context["ranged"] = bool(
+            found.estimated_start and found.latest_start and found.latest_start - found.estimated_start > soon - asked
+        )
+        context["alternatives"] = [
+            {**alternative.change, "now": alternative.estimated_start <= soon, "at": alternative.estimated_start}
+            for alternative in found.alternatives
+        ]
+    return render(request, "frontend/partials/job_preview.html", context)
 
 
 @login_required

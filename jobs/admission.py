@@ -3,7 +3,8 @@
 ``scheduling_cycle()`` snapshots queued and holding jobs, quotas and pools, asks the pure scheduler
 (quotas.scheduler) what to admit, preempt or move, and applies its decisions to Job rows through
 jobs.transitions, one cycle at a time across processes. ``quota_preview`` runs the same cycle on proposed quotas
-without writing anything. A quota or priority change reaches it through quotas.signals.capacity_changed."""
+without writing anything (``what_if``, which jobs.preview uses for a would-be job too). A quota or priority change
+reaches it through quotas.signals.capacity_changed."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from quotas.scheduler import (
     schedule,
 )
 from quotas.scheduler.eta import expected_end
+from quotas.selectors import effective_quotas
 from quotas.services import quotas_check
 
 
@@ -51,6 +53,8 @@ def _quota_state(quota: Quota, *, recent_usage: float = 0.0) -> QuotaState:
         borrowing_limit=quota.borrowing_limit,
         lending_limit=quota.lending_limit,
         recent_usage=recent_usage,
+        # Borrowed by a quota loan: only preemptible work may use it, to be reclaimable at the loan's end.
+        fixed_nominal=quota.own_nominal if quota.loans_in else None,
     )
 
 
@@ -58,21 +62,32 @@ def quota_preview(*, department: Department, quotas: list[dict]) -> Decisions:
     """What one scheduling cycle would do if the department had these quotas. Changes nothing."""
     pools = quotas_check(department=department, quotas=quotas, lock=False)
     proposed = [
-        QuotaState(
-            department=department.slug,
-            pool_id=pools[(i["cluster"], i["gpu_type"])].pk,
+        Quota(
+            department=department,
+            pool=pools[(i["cluster"], i["gpu_type"])],
             nominal=i["nominal"],
             borrowing_limit=i.get("borrowing_limit"),
             lending_limit=i.get("lending_limit"),
         )
         for i in quotas
     ]
-    others = [_quota_state(q) for q in Quota.objects.exclude(department=department).select_related("department")]
+    others = list(Quota.objects.exclude(department=department).select_related("department"))
+    # Active loans move the proposed nominal quotas as they move the stored ones.
+    states = [_quota_state(q) for q in effective_quotas(proposed + others)]
     queued = list(Job.objects.filter(status=lifecycle.QUEUED).select_related("pool__cluster", "priority", "department"))
+    return what_if(queued=queued, quotas=states)[1]
+
+
+def what_if(
+    *, queued: list[Job], quotas: list[QuotaState] | None = None, now: datetime | None = None
+) -> tuple[Snapshot | None, Decisions]:
+    """One cycle on these queued jobs (saved or not: jobs.preview adds a would-be one) with the stored quotas or
+    ``quotas``: (what the scheduler saw, None without queued jobs; what it decided). Writes nothing and takes no
+    lock: the what-if paths (quota_preview, jobs.preview)."""
     if not queued:
-        return Decisions()
-    snapshot, _ = cycle_snapshot(queued=queued, quotas=proposed + others)
-    return schedule(snapshot, now=timezone.now().timestamp())
+        return None, Decisions()
+    snapshot, _ = cycle_snapshot(queued=queued, quotas=quotas)
+    return snapshot, schedule(snapshot, now=(now or timezone.now()).timestamp())
 
 
 ETA_TOLERANCE_SECONDS = 60
@@ -102,7 +117,7 @@ def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
         _hold_for_unusable_clusters(queued)  # they wait, saying why, and are not offered to the scheduler
         if not queued:
             return Decisions()
-        snapshot, holding = cycle_snapshot(queued=list(queued.values()))
+        snapshot, holding = cycle_snapshot(queued=list(queued.values()), now=now)
         decisions = schedule(snapshot, now=now.timestamp())
         for admission in decisions.admissions:
             _admit(queued[admission.job_id], admission, now)
@@ -192,8 +207,11 @@ def _recent_usage(pools, now: datetime | None = None) -> dict[tuple[str, int], f
     return recent
 
 
-def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None) -> tuple[Snapshot, dict[int, Job]]:
-    """What the scheduler sees of the pools the queued jobs wait for; ``quotas`` replaces the stored ones (what-if)."""
+def cycle_snapshot(
+    *, queued: list[Job], quotas: list[QuotaState] | None = None, now: datetime | None = None
+) -> tuple[Snapshot, dict[int, Job]]:
+    """What the scheduler sees of the pools the queued jobs wait for; ``quotas`` replaces the stored ones (what-if);
+    ``now`` decides which quota loans are active (default: now)."""
     pools = {job.pool_id: job.pool for job in queued}
     holding = {
         job.pk: job
@@ -237,7 +255,10 @@ def cycle_snapshot(*, queued: list[Job], quotas: list[QuotaState] | None = None)
         recent = _recent_usage(pools.values())
         quotas = [
             _quota_state(q, recent_usage=recent.get((q.department.slug, q.pool_id), 0.0))
-            for q in Quota.objects.filter(pool_id__in=list(pools)).select_related("department")
+            # With the nominal quotas active loans make (quotas.selectors.effective_quotas).
+            for q in effective_quotas(
+                Quota.objects.filter(pool_id__in=list(pools)).select_related("department"), now=now
+            )
         ]
     snapshot = Snapshot(
         pools={

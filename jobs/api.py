@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import parse_input, visible_or_404
-from jobs import lifecycle, running, selectors, services
+from jobs import lifecycle, preview, running, selectors, services
 from jobs.filters import JobFilter, QueueFilter
 from jobs.models import Job, JobEvent
 
@@ -169,6 +169,32 @@ class JobListApi(generics.ListAPIView):
         return Response(
             JobOutputSerializer(job).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
         )
+
+
+class PreviewAlternativeSerializer(serializers.Serializer):
+    change = serializers.DictField()
+    estimated_start = serializers.DateTimeField()
+
+
+class JobPreviewSerializer(serializers.Serializer):
+    would_start = serializers.BooleanField()
+    pending_reason = serializers.CharField()
+    status_message = serializers.CharField()
+    queue_position = serializers.IntegerField(allow_null=True)
+    estimated_start = serializers.DateTimeField(allow_null=True)  # likely, from how long similar jobs ran
+    latest_start = serializers.DateTimeField(allow_null=True)  # if every job ahead runs to its limit
+    alternatives = PreviewAlternativeSerializer(many=True)
+
+
+class JobPreviewApi(APIView):
+    """Would this submission start now? If not, why, where in the queue, when, and what would start sooner.
+    Changes nothing; the same body and the same 400s as a submission."""
+
+    @extend_schema(request=JobInputSerializer, responses={200: JobPreviewSerializer})
+    def post(self, request):
+        values, type_errors = parse_job_input(request.data)
+        found = preview.job_preview(user=request.user, data=values, type_errors=type_errors)
+        return Response(JobPreviewSerializer(found).data)
 
 
 class JobDetailApi(APIView):

@@ -60,7 +60,8 @@ def _department_detail(request, department) -> dict:
         {
             "cluster": quota.pool.cluster.name,
             "gpu_type": quota.pool.gpu_type,
-            "nominal": quota.nominal,
+            # The stored nominal, which a PUT sends back; active loans are in /api/v1/quota-loans/.
+            "nominal": quota.nominal if quota.own_nominal is None else quota.own_nominal,
             "borrowing_limit": quota.borrowing_limit,
             "lending_limit": quota.lending_limit,
             "in_use": usage.in_use,

@@ -13,6 +13,7 @@ urlpatterns = [
     path("usage/", quota_api.UsageApi.as_view(), name="api-usage"),
     path("clusters/", quota_api.ClusterListApi.as_view(), name="api-clusters"),
     path("jobs/", api.JobListApi.as_view(), name="api-jobs"),
+    path("jobs/preview/", api.JobPreviewApi.as_view(), name="api-job-preview"),
     path("jobs/<int:job_id>/", api.JobDetailApi.as_view(), name="api-job"),
     path("jobs/<int:job_id>/cancel/", api.JobCancelApi.as_view(), name="api-job-cancel"),
     path("jobs/<int:job_id>/clone/", api.JobCloneApi.as_view(), name="api-job-clone"),

@@ -18,7 +18,7 @@ from core.errors import InvalidInput
 from jobs import lifecycle
 from jobs.models import Job, JobEvent
 from quotas.models import Quota
-from quotas.selectors import quotas_of
+from quotas.selectors import effective_quotas, quotas_of
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class PoolUsage:
 
 
 def department_quotas(*, department: Department) -> list[tuple[Quota, PoolUsage]]:
-    quotas = Quota.objects.filter(department=department).select_related("pool__cluster")
+    quotas = effective_quotas(Quota.objects.filter(department=department).select_related("pool__cluster"))
     usage = pool_usage_by_department(department_ids=[department.pk])
     return [(quota, usage.get((department.pk, quota.pool_id), PoolUsage())) for quota in quotas]
 
@@ -43,7 +43,9 @@ def pool_usage_by_department(*, department_ids: list[int]) -> dict[tuple[int, in
         "department_id", "pool_id", "status", "workers", "gpus_per_worker"
     ):
         (waiting if status == lifecycle.QUEUED else holding)[(department_id, pool_id)] += workers * gpus
-    nominal = {(q.department_id, q.pool_id): q.nominal for q in Quota.objects.filter(department_id__in=department_ids)}
+    # With active loans: GPUs used within a nominal quota borrowed by a loan are not borrowed.
+    quotas = effective_quotas(Quota.objects.filter(department_id__in=department_ids))
+    nominal = {(q.department_id, q.pool_id): q.nominal for q in quotas}
     return {
         key: PoolUsage(in_use=holding[key], borrowed=max(0.0, holding[key] - nominal.get(key, 0)), pending=waiting[key])
         for key in set(holding) | set(waiting)

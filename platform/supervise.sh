@@ -21,22 +21,6 @@ if [ "${1:-}" = ctl ]; then
   shift
   exec .venv/bin/supervisorctl --configuration platform/supervisord.conf "$@"
 fi
-# supervisord runs in the background of this shell so that the shell is still here when it exits: Ctrl-C
-# (SIGINT to the terminal's whole process group) reaches both, SIGINT or SIGTERM to this shell alone is passed
-# on. Once every program has stopped, the TensorBoards and model servers they started on this host, which run
-# detached in their own sessions, are stopped too (manage.py stop_servers; a model server starts again with
-# the next run, a TensorBoard when it is next opened). Job supervisors are left running on purpose: a job
-# keeps running across a restart and the next run's worker adopts it again.
-.venv/bin/supervisord --configuration platform/supervisord.conf --nodaemon &
-supervisord=$!
-trap 'kill -TERM "$supervisord" 2>/dev/null || :' INT TERM HUP
-status=0
-wait "$supervisord" || status=$?
-while kill -0 "$supervisord" 2>/dev/null; do # wait returns early when a trapped signal arrives
-  status=0
-  wait "$supervisord" || status=$?
-done
-trap - INT TERM HUP
-echo "supervise: every program stopped; stopping the TensorBoards and model servers they started on this host"
-.venv/bin/python manage.py stop_servers || status=$?
-exit "$status"
+# supervisord in the foreground, then the TensorBoards and model servers it leaves (platform/supervise_run.py:
+# Python, because a shell started with SIGINT ignored cannot trap it).
+exec .venv/bin/python platform/supervise_run.py

@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--idempotency-key", help="a retry with the same key returns the first job")
     submit.add_argument("--command", help="the command as one shell line (instead of the words after --)")
     submit.add_argument("--follow", "-f", action="store_true", help="then stream worker 0's log until the job ends")
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="submit nothing: say whether it would start now, else why and when, and what would start sooner",
+    )
     _raw(submit)
     submit.add_argument("command_words", nargs="*", metavar="-- COMMAND", help="what to run, after --")
 

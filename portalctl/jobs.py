@@ -24,6 +24,8 @@ def workers(job: dict) -> str:
 def cmd_submit(ctx: Context, args) -> int:
     if args.follow and ctx.output == "json":
         raise UsageError("--follow prints the job's log, not JSON: submit with -o json, then `portalctl logs -f ID`")
+    if args.follow and args.dry_run:
+        raise UsageError("--dry-run submits nothing, so there is no log to --follow")
     body = {
         "name": args.name,
         "department": args.department or ctx.default_department(),
@@ -48,6 +50,8 @@ def cmd_submit(ctx: Context, args) -> int:
         body["mounts"] = [parse_mount(mount) for mount in args.mount]
     if args.env:
         body["env"] = dict(parse_pair(pair, "--env") for pair in args.env)
+    if args.dry_run:
+        return dry_run(ctx, body)
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
     job = ctx.client.post("/api/v1/jobs/", body, headers=headers)
     if ctx.output == "json":
@@ -58,6 +62,32 @@ def cmd_submit(ctx: Context, args) -> int:
     output.say(f"job {job['id']} {job['name']} submitted: {describe_status(job)}", file=where)
     if args.follow:
         return follow(ctx, job["id"], worker=0, tail=None, raw=args.raw)
+    return OK
+
+
+# The submission's fields as `portalctl submit` options, to say an alternative the way it would be asked for.
+OPTION = {"gpus_per_worker": "--gpus", "workers": "--workers", "cluster": "--cluster", "gpu_type": "--gpu-type"}
+
+
+def dry_run(ctx: Context, body: dict) -> int:
+    """POST /api/v1/jobs/preview/: the scheduler's answer for this submission, nothing submitted."""
+    answer = ctx.client.post("/api/v1/jobs/preview/", body)
+    if ctx.output == "json":
+        output.print_json(answer)
+        return OK
+    if answer["would_start"]:
+        output.say("would start now")
+        return OK
+    start = output.when(answer.get("estimated_start")) or "no estimate"
+    position = f"position {answer['queue_position']} in the queue, " if answer.get("queue_position") else ""
+    output.say(f"would wait ({answer['pending_reason']}): {position}estimated start {start}")
+    if answer.get("status_message"):
+        output.say(f"  {answer['status_message']}")
+    for alternative in answer["alternatives"]:
+        change = " ".join(
+            f"{OPTION.get(key, key)} {output.text(value)}" for key, value in alternative["change"].items()
+        )
+        output.say(f"starts sooner with {change}: {output.when(alternative['estimated_start'])}")
     return OK
 
 

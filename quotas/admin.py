@@ -7,7 +7,7 @@ from clusters.models import Cluster, GpuPool, Storage
 from clusters.storage import local_path_refusals
 from core.errors import InvalidInput
 from quotas.isolation import cluster_check, cluster_save, quota_isolation_refusal
-from quotas.models import PriorityClass, Quota
+from quotas.models import PriorityClass, Quota, QuotaLoan
 
 
 class MembershipInline(admin.TabularInline):
@@ -82,6 +82,21 @@ class ClusterAdmin(admin.ModelAdmin):
 @admin.register(PriorityClass)
 class PriorityClassAdmin(admin.ModelAdmin):
     list_display = ["name", "value", "preemptible"]
+
+
+@admin.register(QuotaLoan)
+class QuotaLoanAdmin(admin.ModelAdmin):
+    """Read here; made and ended through the console or the API (quotas.services), which check, audit and run a
+    scheduling cycle."""
+
+    list_display = ["pk", "from_department", "to_department", "pool", "gpus", "until", "ended_at", "end_reason"]
+    list_filter = ["end_reason", "from_department", "to_department"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_add_permission(self, request):
+        return False
 
 
 class StorageForm(forms.ModelForm):

@@ -3,18 +3,23 @@ and admission (the scheduling cycle). Storage volumes: clusters.storage."""
 
 from __future__ import annotations
 
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Sum
+from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 
+from accounts import permissions
 from accounts.models import Department
 from accounts.services import audit_record, require_platform_admin
 from clusters.models import GpuPool
-from core.errors import InvalidInput
-from quotas import signals
+from core.errors import Conflict, InvalidInput
+from quotas import selectors, signals
 from quotas.isolation import quota_isolation_refusal
-from quotas.models import PriorityClass, Quota
+from quotas.models import PriorityClass, Quota, QuotaLoan
 
 
 def quotas_check(*, department: Department, quotas: list[dict], lock: bool) -> dict[tuple[str, str], GpuPool]:
@@ -62,9 +67,25 @@ def quotas_check(*, department: Department, quotas: list[dict], lock: bool) -> d
         .annotate(total=Sum("nominal"))
         .values_list("pool_id", "total")
     )
+    lent = dict(
+        selectors.loans_active()
+        .filter(from_department=department, pool_id__in=wanted)
+        .values("pool_id")
+        .annotate(total=Sum("gpus"))
+        .values_list("pool_id", "total")
+    )
     for index, item in enumerate(quotas):
         pool = pools.get((item["cluster"], item["gpu_type"]))
         if pool is None or {"cluster", "gpu_type"} & set(item_errors[index]):
+            continue
+        if item["nominal"] < lent.get(pool.pk, 0):
+            item_errors[index]["nominal"] = [
+                _(
+                    "%(department)s lends %(gpus)d GPUs of %(pool)s right now: keep its nominal at least %(gpus)d, "
+                    "or end those loans first."
+                )
+                % {"department": department.slug, "gpus": lent[pool.pk], "pool": pool}
+            ]
             continue
         if others.get(pool.pk, 0) + item["nominal"] > totals[pool.pk]:
             item_errors[index]["nominal"] = [
@@ -171,6 +192,192 @@ def _full_clean(instance) -> None:
                 for field, messages in exc.message_dict.items()
             }
         ) from exc
+
+
+# --- Quota loans ------------------------------------------------------------------
+
+
+def loan_max_days() -> int:
+    return int(getattr(settings, "PORTAL_QUOTA_LOAN_MAX_DAYS", 90))
+
+
+def loan_create(
+    *,
+    actor,
+    from_department: Department,
+    to_department: str,
+    cluster: str,
+    gpu_type: str,
+    gpus: int | None,
+    until: datetime | None,
+    now: datetime | None = None,
+    type_errors: dict | None = None,
+) -> QuotaLoan:
+    """Lend ``gpus`` GPUs of a pool from a department to another until a time (the lender's dept_admins and
+    platform admins). Every problem at once, per field (InvalidInput); a member of the lender gets 403.
+
+    Never lends more than the lender has, even when two admins lend at once: the pool's row is locked
+    (SELECT ... FOR UPDATE on PostgreSQL, the same lock quota_set takes; SQLite lets one writer in at a time,
+    settings open every transaction with BEGIN IMMEDIATE) before the GPUs already lent are counted, so a
+    second loan counts the first one.
+    """
+    now = now or timezone.now()
+    if not permissions.can_manage(actor, from_department):
+        raise PermissionDenied(
+            _("Only admins of %(department)s can lend its GPUs.") % {"department": from_department.slug}
+        )
+    errors: dict[str, list] = dict(type_errors or {})
+    borrower = Department.objects.filter(slug=to_department).first() if to_department else None
+    if to_department and borrower is None and "to_department" not in errors:
+        errors["to_department"] = [_("No department called %(slug)r.") % {"slug": to_department}]
+    elif borrower is not None and borrower.pk == from_department.pk:
+        errors["to_department"] = [_("A department cannot lend to itself: choose another department.")]
+    pool = (
+        GpuPool.objects.select_related("cluster").filter(cluster__name=cluster, gpu_type=gpu_type).first()
+        if cluster and gpu_type
+        else None
+    )
+    if cluster and gpu_type and pool is None and not {"cluster", "gpu_type"} & set(errors):
+        types = sorted(GpuPool.objects.filter(cluster__name=cluster).values_list("gpu_type", flat=True))
+        if types:
+            errors["gpu_type"] = [
+                _("Cluster %(cluster)r has no %(gpu_type)r GPUs; it has: %(types)s.")
+                % {"cluster": cluster, "gpu_type": gpu_type, "types": ", ".join(types)}
+            ]
+        else:
+            errors["cluster"] = [_("No cluster named %(cluster)r.") % {"cluster": cluster}]
+    if until is not None and "until" not in errors:
+        latest = now + timedelta(days=loan_max_days())
+        if until <= now:
+            errors["until"] = [_("The loan would end before it starts: pick a time in the future.")]
+        elif until > latest:
+            errors["until"] = [
+                _("A loan lasts at most %(days)d days: pick a time before %(latest)s.")
+                % {
+                    "days": loan_max_days(),
+                    "latest": formats.date_format(timezone.localtime(latest), "DATETIME_FORMAT"),
+                }
+            ]
+    with transaction.atomic():
+        if pool is not None:
+            GpuPool.objects.select_for_update().filter(pk=pool.pk).first()  # see the docstring
+            own = Quota.objects.filter(department=from_department, pool=pool).first()
+            if own is None:
+                errors.setdefault("gpu_type", []).append(
+                    _("%(department)s has no quota on %(pool)s to lend.")
+                    % {"department": from_department.slug, "pool": pool}
+                )
+            elif gpus is not None and "gpus" not in errors:
+                lent = selectors.loans_lent(department=from_department, pool=pool, now=now)
+                if gpus > own.nominal - lent:
+                    errors["gpus"] = [
+                        _(
+                            "%(department)s has a nominal quota of %(nominal)d GPUs on %(pool)s and already lends "
+                            "%(lent)d: at most %(free)d can be lent."
+                        )
+                        % {
+                            "department": from_department.slug,
+                            "nominal": own.nominal,
+                            "pool": pool,
+                            "lent": lent,
+                            "free": max(0, own.nominal - lent),
+                        }
+                    ]
+            if (
+                borrower is not None
+                and "to_department" not in errors
+                and not Quota.objects.filter(department=borrower, pool=pool).exists()
+            ):
+                errors["to_department"] = [
+                    _(
+                        "%(department)s has no quota on %(pool)s, so it cannot run jobs there: a platform admin "
+                        "gives it one first (a nominal of 0 is enough)."
+                    )
+                    % {"department": borrower.slug, "pool": pool}
+                ]
+        for field, value in (("to_department", borrower), ("gpu_type", pool), ("gpus", gpus), ("until", until)):
+            if value is None and not errors:
+                errors[field] = [_("This field is required.")]
+        if errors or borrower is None or pool is None or gpus is None or until is None:
+            raise InvalidInput(errors)
+        loan = QuotaLoan.objects.create(
+            from_department=from_department, to_department=borrower, pool=pool, gpus=gpus, until=until, created_by=actor
+        )
+        for department in (from_department, borrower):
+            audit_record(
+                actor=actor, action="loan.create", target=str(loan.pk), department=department, data=_loan_dict(loan)
+            )
+    signals.capacity_changed.send(sender=QuotaLoan)  # the borrower's waiting jobs may start now
+    return loan
+
+
+def loan_end(*, actor, loan: QuotaLoan, now: datetime | None = None) -> QuotaLoan:
+    """End a loan before its time (the lender's dept_admins and platform admins): the GPUs go back at once,
+    the borrower's jobs on them are taken back like a reclaim (with the grace period)."""
+    now = now or timezone.now()
+    if not permissions.can_manage(actor, loan.from_department):
+        raise PermissionDenied(
+            _("Only admins of %(department)s, which lends these GPUs, can end the loan.")
+            % {"department": loan.from_department.slug}
+        )
+    with transaction.atomic():
+        if not QuotaLoan.objects.filter(pk=loan.pk, ended_at__isnull=True, until__gt=now).update(
+            ended_at=now, ended_by=actor, end_reason=QuotaLoan.EndReason.ENDED
+        ):
+            raise Conflict(_("This loan has already ended."))
+        loan.refresh_from_db()
+        for department in (loan.from_department, loan.to_department):
+            audit_record(
+                actor=actor, action="loan.end", target=str(loan.pk), department=department, data=_loan_dict(loan)
+            )
+    signals.capacity_changed.send(sender=QuotaLoan)  # the lender's waiting jobs may reclaim now
+    return loan
+
+
+def loans_expire(*, now: datetime | None = None) -> list[QuotaLoan]:
+    """Mark the loans due by ``now`` expired, audit each, and run a scheduling cycle when any did. The quotas
+    follow ``until`` on their own (effective_quotas reads only loans not yet due); this makes the cycle happen
+    at that time, not at the next request, and records it. Beat calls it every few seconds (quotas.tasks,
+    ``expire-quota-loans`` in CELERY_BEAT_SCHEDULE) rather than a task queued for ``until``: a task due months
+    later would sit in a worker's memory and be redelivered by Redis after its visibility timeout."""
+    now = now or timezone.now()
+    expired = []
+    with transaction.atomic():
+        due = list(
+            QuotaLoan.objects.filter(ended_at__isnull=True, until__lte=now).select_related(
+                "from_department", "to_department", "pool__cluster"
+            )
+        )
+        for loan in due:
+            # Conditional: two beats, or a beat and an early end, never expire or end the same loan twice.
+            if QuotaLoan.objects.filter(pk=loan.pk, ended_at__isnull=True).update(
+                ended_at=loan.until, end_reason=QuotaLoan.EndReason.EXPIRED
+            ):
+                loan.ended_at, loan.end_reason = loan.until, QuotaLoan.EndReason.EXPIRED
+                for department in (loan.from_department, loan.to_department):
+                    audit_record(
+                        actor=None,
+                        action="loan.expire",
+                        target=str(loan.pk),
+                        department=department,
+                        data=_loan_dict(loan),
+                    )
+                expired.append(loan)
+    if expired:
+        signals.capacity_changed.send(sender=QuotaLoan)  # the lenders' waiting jobs may reclaim now
+    return expired
+
+
+def _loan_dict(loan: QuotaLoan) -> dict:
+    return {
+        "from_department": loan.from_department.slug,
+        "to_department": loan.to_department.slug,
+        "cluster": loan.pool.cluster.name,
+        "gpu_type": loan.pool.gpu_type,
+        "gpus": loan.gpus,
+        "until": loan.until.isoformat(),
+        "end_reason": loan.end_reason,
+    }
 
 
 # --- Admission -----------------------------------------------------------------

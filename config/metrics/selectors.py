@@ -14,6 +14,7 @@ from clusters.models import GpuPool
 from jobs import lifecycle
 from jobs.models import Job, JobEvent
 from quotas.models import Quota
+from quotas.selectors import effective_quotas
 from serving.models import VariantStats
 
 Key = tuple[int, int]  # (department id, pool id)
@@ -59,7 +60,11 @@ def department_slugs() -> dict[int, str]:
 
 
 def nominal_gpus() -> dict[Key, int]:
-    return {(d, p): n for d, p, n in Quota.objects.values_list("department_id", "pool_id", "nominal")}
+    """With active quota loans (quotas.selectors.effective_quotas), as the scheduler sees them."""
+    return {(q.department_id, q.pool_id): q.nominal for q in effective_quotas(Quota.objects.only(*NOMINAL_FIELDS))}
+
+
+NOMINAL_FIELDS = ("department_id", "pool_id", "nominal", "lending_limit")
 
 
 def queued_since() -> list[tuple[int, int, datetime]]:

@@ -5,6 +5,7 @@ is not in answers 404, one they are only a member of 403. Views stay thin: look 
 service or selector, render. Services raise InvalidInput, shown beside the fields it names.
 
 One module a section: overview (the console's index), members (members and roles), quotas (with the
-what-if preview), priorities (priority classes), storage, usage (the usage report) and audit (the audit
-log); access holds the checks they share. The webhooks pages are webhooks.views.
+what-if preview), loans (quota loans to and from other departments), priorities (priority classes), storage,
+usage (the usage report) and audit (the audit log); access holds the checks they share. The webhooks pages
+are webhooks.views.
 """

@@ -14,8 +14,11 @@ jobs run without delaying it (EASY backfilling).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from typing import Any
+
+from quotas.scheduler.types import Snapshot
 
 ESTIMATED_PER_POOL = 200  # enough for any queue a person reads; keeps big cycles fast
 
@@ -86,6 +89,74 @@ def expected_end(
     if running_since is not None:
         return running_since + max_runtime
     return admitted_at + setup_seconds + max_runtime
+
+
+def likely_end(*, began: float, now: float, runtime: float, limit: float | None) -> float:
+    """When a job holding GPUs since ``began`` likely gives them back, if jobs like it ran ``runtime`` seconds.
+
+    One that has already run longer than that is expected to run one such runtime more from now, rather than to
+    end "any moment" (which would promise its GPUs to every waiting job); never past its limit.
+    """
+    ran = max(0.0, now - began)
+    end = began + runtime if ran < runtime else now + runtime
+    return min(end, began + limit) if limit else end
+
+
+def with_expected_runtimes(snapshot: Snapshot, *, ends: dict[int, float], runtimes: dict[int, float]) -> Snapshot:
+    """The snapshot with likely durations instead of limits: running jobs end at ``ends`` (job id -> expected end)
+    and waiting jobs run for ``runtimes`` (job id -> seconds); jobs in neither keep their limits.
+
+    For estimates only ("likely 14:20"): the cycle that decides admissions keeps the limits, which are the
+    latest a job can hold its GPUs ("at the latest 16:00").
+    """
+    running = tuple(
+        dataclasses.replace(job, deadline=min(ends[job.job_id], job.deadline or math.inf))
+        if job.job_id in ends
+        else job
+        for job in snapshot.running
+    )
+    pending = tuple(
+        dataclasses.replace(job, max_runtime=runtimes[job.job_id]) if job.job_id in runtimes else job
+        for job in snapshot.pending
+    )
+    return dataclasses.replace(snapshot, running=running, pending=pending)
+
+
+def quota_allows_at(
+    *, running: list[Any], department: str, need: float, allowed: float | None, now: float
+) -> float | None:
+    """The first moment from ``now`` at which ``department``'s running jobs leave room for ``need`` more GPUs
+    within ``allowed`` (its nominal quota for a job that may not borrow, nominal plus borrowing limit for one
+    that may; None: no limit, so now). Running jobs end at their ``deadline`` (None: never), and one already
+    terminating or past its end counts as ending now. ``running`` are the pool's RunningJobs.
+
+    The GPU-count estimate above ignores quotas: a quota-blocked job in an idle pool would read "now". The
+    start is at least this moment; jobs of the same department waiting ahead of it may push it later still.
+    """
+    if allowed is None:
+        return now
+    ends: list[tuple[float, float]] = []
+    for job in running:
+        if job.department != department:
+            continue
+        if job.terminating:
+            end = now
+        elif job.deadline is None:
+            end = math.inf
+        else:
+            end = max(job.deadline, now)
+        ends.append((end, job.gpus))
+    ends.sort()
+    used = sum(gpus for _end, gpus in ends)
+    if used + need <= allowed + 1e-9:
+        return now
+    for end, gpus in ends:
+        if end == math.inf:
+            return None
+        used -= gpus
+        if used + need <= allowed + 1e-9:
+            return end
+    return None
 
 
 def estimate_starts(releases: Releases, queue: list[Any]) -> dict[int, float | None]:

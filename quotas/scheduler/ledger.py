@@ -59,6 +59,13 @@ class Ledger:
             return float("inf") if used > 0 else 1e9
         return used / nominal
 
+    def fixed_nominal(self, department: str) -> float:
+        """What of the nominal non-preemptible work may fill (QuotaState.fixed_nominal)."""
+        quota = self.quota.get(department)
+        if quota is None:
+            return 0.0
+        return quota.nominal if quota.fixed_nominal is None else min(quota.fixed_nominal, quota.nominal)
+
     def within_nominal(self, department: str, gpus: float) -> bool:
         return self.usage[department] + gpus <= self.nominal(department) + EPSILON
 
@@ -76,10 +83,11 @@ class Ledger:
         the department's other work that cannot be preempted; beyond the nominal, the department's
         preemptible work is what borrows, and stays reclaimable.
         """
+        # Before the nominal test: while a loan raises the nominal, its GPUs take only preemptible work.
+        if not may_borrow and self.fixed[department] + gpus > self.fixed_nominal(department) + EPSILON:
+            return "quota_exhausted"
         if self.within_nominal(department, gpus):
             return None
-        if not may_borrow and self.fixed[department] + gpus > self.nominal(department) + EPSILON:
-            return "quota_exhausted"
         nominal, after = self.nominal(department), self.usage[department] + gpus
         quota = self.quota.get(department)
         if (
@@ -99,11 +107,17 @@ class Ledger:
             return None
         nominal, used = self.nominal(department), self.usage[department]
         quota = self.quota.get(department)
-        if not may_borrow and self.fixed[department] + gpus > nominal + EPSILON:
+        fixed_limit = self.fixed_nominal(department)
+        if not may_borrow and self.fixed[department] + gpus > fixed_limit + EPSILON:
+            loaned = (
+                f" ({nominal - fixed_limit:g} of its nominal are lent to it by a quota loan and go back when it ends)"
+                if fixed_limit < nominal - EPSILON
+                else ""
+            )
             return "quota_exhausted", (
-                f"{department} runs {self.fixed[department]:g}/{nominal:g} {self.pool.name} GPUs of work that cannot be "
-                f"preempted and this job needs {gpus:g} more; a job that cannot be preempted runs only within its "
-                "department's nominal quota (borrowed GPUs must stay reclaimable)."
+                f"{department} runs {self.fixed[department]:g}/{fixed_limit:g} {self.pool.name} GPUs of work that cannot "
+                f"be preempted and this job needs {gpus:g} more; a job that cannot be preempted runs only within its "
+                f"department's nominal quota{loaned} (borrowed GPUs must stay reclaimable)."
             )
         if reason == "borrowing_limit":
             assert quota is not None and quota.borrowing_limit is not None  # refusal() says so only then

@@ -9,12 +9,14 @@ heads, and the budget of eviction and move searches per cycle.
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from quotas.scheduler.eta import Releases
 from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.placement import Occupancy, policy_for
-from quotas.scheduler.types import Decisions, PendingJob, PoolState, RunningJob, Snapshot
+from quotas.scheduler.types import Decisions, PendingJob, PoolState, RunningJob, ServicePolicy, Snapshot
 
 EVICTION_SEARCHES_PER_CYCLE = 64
 MOVE_SEARCHES_PER_CYCLE = 8  # a move search looks at every node
@@ -31,7 +33,10 @@ class CycleState:
         running: list[RunningJob],
         now: float,
         decisions: Decisions,
+        prepared: Prepared | None = None,
     ):
+        """``prepared``: the parts an incremental scheduler keeps between cycles (quotas.scheduler.incremental),
+        used instead of building them from ``pending`` and ``running``; equal to what would be built."""
         self.pool, self.now, self.decisions, self.snapshot = pool, now, decisions, snapshot
         self.stopping = [job for job in running if job.terminating]
         # the occupancy and the quota ledger once every stopping job is gone (made when needed)
@@ -67,6 +72,28 @@ class CycleState:
             )
             fresh_floor = policy.factor * policy.quantum
             self.service_gpus = sum(job.gpus for service, job in self.by_service if service >= fresh_floor)
+        if prepared is not None:
+            self.ledger, self.occupancy, self.releases = prepared.ledger, prepared.occupancy, prepared.releases
+            self.queues, self.by_id = prepared.queues, prepared.by_id
+            self.nominated: list[PendingJob] = prepared.nominated
+        else:
+            self._build(snapshot, pool, pending, running, now)
+        self.waiting: list[tuple[int, str, str]] = []  # job id, reason, message, in admission order
+        # department -> [blocked head, its estimated start (shadow time), GPUs booked at that time]
+        self.heads: dict[str, list[Any]] = {}
+        self.head_reasons: dict[str, str] = {}
+        self.reclaiming_for: PendingJob | None = None  # a guaranteed job GPUs are being freed for
+        self._borrowers_at = -1
+        self._borrowers_cache: list[tuple[str, float]] = []
+        self._once_stopped: dict[tuple[Any, ...], bool] = {}
+        self.on_node: dict[str, list[RunningJob]] | None = None
+        # Eviction searches are the costly part of a cycle: this many per cycle, the rest try next cycle.
+        self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE
+
+    def _build(
+        self, snapshot: Snapshot, pool: PoolState, pending: list[PendingJob], running: list[RunningJob], now: float
+    ) -> None:
+        """The ledger, occupancy, releases and ordered queues, from the snapshot's jobs (a stateless cycle)."""
         usage: dict[str, float] = defaultdict(float)
         fixed: dict[str, float] = defaultdict(float)
         for job in running:
@@ -79,25 +106,30 @@ class CycleState:
         for job in running:
             self.releases.book(job.deadline, job.gpus)
         queues: dict[str, list[PendingJob]] = defaultdict(list)
-        self.nominated: list[PendingJob] = []
+        self.nominated = []
         for waiting_job in pending:
             queues[waiting_job.department].append(waiting_job)
             if waiting_job.nominated:
                 self.nominated.append(waiting_job)
         self.by_id = {job.job_id: job for job in pending}
-        quantum = policy.quantum if policy.enabled else float("inf")
-        self.queues = {
-            d: deque(sorted(q, key=lambda j: (-j.priority, j.attained >= quantum, j.submitted_at, j.job_id)))
-            for d, q in queues.items()
-        }
-        self.waiting: list[tuple[int, str, str]] = []  # job id, reason, message, in admission order
-        # department -> [blocked head, its estimated start (shadow time), GPUs booked at that time]
-        self.heads: dict[str, list[Any]] = {}
-        self.head_reasons: dict[str, str] = {}
-        self.reclaiming_for: PendingJob | None = None  # a guaranteed job GPUs are being freed for
-        self._borrowers_at = -1
-        self._borrowers_cache: list[tuple[str, float]] = []
-        self._once_stopped: dict[tuple[Any, ...], bool] = {}
-        self.on_node: dict[str, list[RunningJob]] | None = None
-        # Eviction searches are the costly part of a cycle: this many per cycle, the rest try next cycle.
-        self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE
+        key = queue_key(snapshot.service)
+        self.queues = {d: deque(sorted(q, key=key)) for d, q in queues.items()}
+
+
+def queue_key(policy: ServicePolicy) -> Callable[[PendingJob], tuple[Any, ...]]:
+    """The order of a department's queue: priority, then fresh before well-served (``policy.quantum``), then
+    submit time; the job id breaks ties, so the order is total."""
+    quantum = policy.quantum if policy.enabled else float("inf")
+    return lambda j: (-j.priority, j.attained >= quantum, j.submitted_at, j.job_id)
+
+
+@dataclass
+class Prepared:
+    """What a cycle starts from that an incremental scheduler keeps between cycles instead of rebuilding."""
+
+    ledger: Ledger
+    occupancy: Occupancy
+    releases: Releases
+    queues: dict[str, deque[PendingJob]]
+    nominated: list[PendingJob]
+    by_id: dict[int, PendingJob]

@@ -59,6 +59,10 @@ class QuotaState:
     borrowing_limit: float | None = None  # None: may borrow any idle GPU
     lending_limit: float | None = None  # None: lends all of its unused nominal
     recent_usage: float = 0.0  # GPUs used on average recently, decayed (see PoolState.usage_weight)
+    # How much of the nominal work that cannot be preempted may fill; None: all of it. Less while the department
+    # borrows nominal by a quota loan (quotas.models.QuotaLoan): what it must give back at the loan's end has to
+    # be reclaimable.
+    fixed_nominal: float | None = None
 
 
 @dataclass(frozen=True)

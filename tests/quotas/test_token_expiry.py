@@ -95,7 +95,9 @@ def test_the_page_sets_and_shows_the_expiry(world):
     assert page.status_code == 200
     token = ApiToken.objects.get(name="laptop")
     assert timedelta(days=6.99) < token.expires_at - timezone.now() <= timedelta(days=7)
-    assert f"{token.expires_at:%Y-%m-%d %H:%M} UTC" in page.content.decode()
+    # In the reader's zone (UTC without the portal_tz cookie), the exact moment in the <time> element.
+    assert f'<time datetime="{token.expires_at.isoformat()}"' in page.content.decode()
+    assert f"{token.expires_at:%-d %b %Y, %H:%M}" in page.content.decode()
     wrong = browser.post("/tokens/", {"name": "desk", "expires_in_days": "0"})
     assert wrong.status_code == 400
     assert "A token must live at least 1 day" in wrong.content.decode()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from django.apps import apps
@@ -51,6 +52,7 @@ class Objects:
     nlp_model: RegisteredModel
     membership_id: int = 0
     storage_id: int = 0
+    loan_id: int = 0
     webhook_id: int | None = None
     delivery_id: int | None = None
 
@@ -85,6 +87,8 @@ PATH_FIXTURES = {
     ("builds", "build_id"): lambda o: o.build.pk,
     ("members", "membership_id"): lambda o: o.membership_id,
     ("storage", "storage_id"): lambda o: o.storage_id,
+    ("quota-loans", "loan_id"): lambda o: o.loan_id,
+    ("loans", "loan_id"): lambda o: o.loan_id,  # the console's page that ends it
     ("webhooks", "webhook_id"): lambda o: o.webhook_id,
     ("deliveries", "delivery_id"): lambda o: o.delivery_id,
 }
@@ -205,9 +209,28 @@ def build_objects(world: World, artifact_root: Path) -> Objects:
     )
     objects.membership_id = Membership.objects.get(user=world.alice, department=vision).pk
     objects.storage_id = Storage.objects.filter(department=vision).values_list("pk", flat=True).first()
+    objects.loan_id = _loan(vision, world.carol)
     if apps.is_installed("webhooks"):
         objects.webhook_id, objects.delivery_id = _webhook(vision, world.carol, job)
     return objects
+
+
+def _loan(department: Department, user) -> int:
+    """A loan of 1 GPU from vision to a department nobody of the suite is in (so that nlp's people see nothing
+    of it); that department has a quota of 0 on the pool, which a borrower needs."""
+    from quotas.models import Quota, QuotaLoan
+
+    lab = Department.objects.create(slug="sec-lab", name="Security lab")
+    pool = Quota.objects.filter(department=department).select_related("pool").first().pool
+    Quota.objects.create(department=lab, pool=pool, nominal=0)
+    return QuotaLoan.objects.create(
+        from_department=department,
+        to_department=lab,
+        pool=pool,
+        gpus=1,
+        until=timezone.now() + timedelta(days=1),
+        created_by=user,
+    ).pk
 
 
 def _webhook(department: Department, user, job: Job) -> tuple[int, int]:

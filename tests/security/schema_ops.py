@@ -44,6 +44,9 @@ POLICY = {
     ("POST", "/api/v1/webhooks/{webhook_id}/rotate-secret/"): "manage",
     ("POST", "/api/v1/webhooks/{webhook_id}/ping/"): "manage",
     ("POST", "/api/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver/"): "manage",
+    # Quota loans are seen by the lender's and the borrower's members, made and ended by the lender's admins.
+    ("POST", "/api/v1/quota-loans/"): "manage",
+    ("DELETE", "/api/v1/quota-loans/{loan_id}/"): "manage",
 }
 
 ROLES = ("anonymous", "outsider", "member", "dept_admin", "platform_admin")

@@ -9,9 +9,11 @@ parameter needs a fixture in objects.PATH_FIXTURES: without one, the operation's
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.core.cache import cache
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from accounts.tokens import token_create
@@ -28,6 +30,13 @@ BODIES = {
     ("POST", "/api/v1/auth/token/"): lambda o: {"username": "alice", "password": PASSWORD},
     ("POST", "/api/v1/jobs/"): lambda o: {
         "name": "sec-new-job",
+        "department": "vision",
+        "code_url": "https://git.example.com/t/r.git",
+        "command": "python train.py",
+        "gpus_per_worker": 0,
+    },
+    ("POST", "/api/v1/jobs/preview/"): lambda o: {
+        "name": "sec-preview",
         "department": "vision",
         "code_url": "https://git.example.com/t/r.git",
         "command": "python train.py",
@@ -70,6 +79,14 @@ BODIES = {
         "events": ["job.failed"],
     },
     ("PATCH", "/api/v1/webhooks/{webhook_id}/"): lambda o: {"active": False},
+    ("POST", "/api/v1/quota-loans/"): lambda o: {
+        "from_department": "vision",
+        "to_department": "sec-lab",
+        "cluster": "local",
+        "gpu_type": "sim",
+        "gpus": 1,
+        "until": (timezone.now() + timedelta(days=1)).isoformat(),
+    },
 }
 
 CASES = [pytest.param(op, role, id=f"{op} as {role}") for op in operations() for role in ROLES]
