@@ -167,6 +167,7 @@ CONSOLE_PAGES = [
     Shot("console-members", "/console/departments/vision/members/"),
     Shot("console-quotas", "/console/departments/vision/quotas/"),
     Shot("console-storage", "/console/departments/vision/storage/"),
+    Shot("console-loans", "/console/departments/vision/loans/"),
     Shot("console-webhooks", "/console/departments/vision/webhooks/"),
     Shot("console-priorities", "/console/priorities/"),
     Shot("console-usage", "/console/usage/?department=vision"),
