@@ -292,3 +292,21 @@ def test_a_version_that_is_not_ready_gets_no_alias_deployment_or_copy(registry, 
     page = client.get("/models/digits/").content.decode()
     assert "Ready" in page and "Failed" in page and "&#x27;pipe&#x27; is a named pipe (FIFO)" in page
     assert registered(registry, {"artifact_uri": "store://digits/1/model.joblib"})["version"] == 3
+
+
+def test_the_job_pages_file_list_shows_none_of_the_links_a_job_planted(registry, settings, secret, tmp_path):
+    # The list on "Register as model version" reads a folder the job wrote: a link to a portal file or to a
+    # folder outside must not appear (nor its size), or the page would tell a stranger's job what is there.
+    from models_registry.from_job import job_output
+
+    job, output = output_of(registry, settings, {"model.joblib": b"m", "model/weights.bin": b"ww"})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "db.sqlite3").write_bytes(b"x" * 1000)
+    (output / "secret").symlink_to(secret)
+    (output / "portal").symlink_to(outside, target_is_directory=True)
+    (output / "model" / "passwd").symlink_to("/etc/passwd")
+
+    listed = {(entry.path, entry.size) for entry in job_output(job=job).entries}
+
+    assert listed == {("model.joblib", 1), ("model", 2), ("model/weights.bin", 2)}
