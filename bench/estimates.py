@@ -24,7 +24,7 @@ from collections import defaultdict
 
 from bench.common import percentile
 from bench.replay import HEADS_PER_DEPARTMENT, Replay, SimJob
-from quotas.scheduler import PoolState, Snapshot, schedule
+from quotas.scheduler import schedule
 from quotas.scheduler.eta import likely_end, quota_allows_at
 
 LIMIT_SECONDS = 7 * 24 * 3600  # jobs.submission.DEFAULT_MAX_RUNTIME_SECONDS
@@ -92,32 +92,15 @@ class EstimatingReplay(Replay):
         return likely_end(began=job.started, now=now, runtime=self._runtime(name, job), limit=LIMIT_SECONDS)
 
     def _estimates(self, name: str, heads: list[SimJob], arrived: list[SimJob], now: float) -> dict:
-        used = {(slot.node, gpu): 1.0 for job in self.running.values() for slot in job.slots for gpu in slot.gpus}
         running = tuple(
             dataclasses.replace(job.running_view, deadline=self._end(name, job, now))
             for job in self.running.values()
             if job.running_view is not None
         )
-        snapshot = Snapshot(
-            pools={
-                1: PoolState(
-                    pool_id=1,
-                    name="itp",
-                    nodes=self.nodes,
-                    gpus_per_node=self.gpus_per_node,
-                    shareable=False,
-                    used=used,
-                )
-            },
-            pending=tuple(
-                dataclasses.replace(self._pending_view(job), max_runtime=self._runtime(name, job)) for job in heads
-            ),
-            running=running,
-            quotas=self.quotas,
-            fifo=self.fifo,
-            explain=True,
-            service=self.service,
+        pending = tuple(
+            dataclasses.replace(self._pending_view(job), max_runtime=self._runtime(name, job)) for job in heads
         )
+        snapshot = self._snapshot(pending, running, explain=True)
         decisions = schedule(snapshot, now=now)
         by_job = {waiting.job_id: waiting.estimated_start for waiting in decisions.waiting}
         admitted = {admission.job_id for admission in decisions.admissions}

@@ -275,9 +275,10 @@ class Replay:
         self.shown = shown
         return scheduler.cycle(now)
 
-    def _stateless_cycle(self, heads: list[SimJob], now: float):
+    def _snapshot(self, pending: tuple, running: tuple, *, explain: bool = False) -> Snapshot:
+        """The one pool as it stands now, with these waiting and running views (bench.estimates varies them)."""
         used = {(slot.node, gpu): 1.0 for job in self.running.values() for slot in job.slots for gpu in slot.gpus}
-        snapshot = Snapshot(
+        return Snapshot(
             pools={
                 1: PoolState(
                     pool_id=1,
@@ -288,12 +289,17 @@ class Replay:
                     used=used,
                 )
             },
-            pending=tuple(self._pending_view(j) for j in heads),
-            running=tuple(j.running_view for j in self.running.values()),
+            pending=pending,
+            running=running,
             quotas=self.quotas,
             fifo=self.fifo,
-            explain=False,
+            explain=explain,
             service=self.service,
+        )
+
+    def _stateless_cycle(self, heads: list[SimJob], now: float):
+        snapshot = self._snapshot(
+            tuple(self._pending_view(j) for j in heads), tuple(j.running_view for j in self.running.values())
         )
         return self._timed(lambda: schedule(snapshot, now=now))
 

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -29,8 +28,8 @@ from serving.models import ModelServer
 from tensorboards.models import TensorBoard
 from tests.jobs.test_job_flow import make_repo
 from tests.models_registry.test_serving import register
-from tests.processes import ROOT, Processes, free_port, process_env, wait_for
-from tests.reliability.test_supervision import MAX_AGE, PROGRAMS, Supervisor, alive
+from tests.processes import Processes, wait_for
+from tests.reliability.test_supervision import PROGRAMS, Supervisor, alive
 
 
 def processes() -> dict[int, tuple[int, bytes]]:
@@ -74,24 +73,8 @@ def ours(before: set[int]) -> tuple[set[int], set[int]]:
 class Terminal(Supervisor):
     """supervise.sh in a session of its own: ``ctrl_c()`` signals its whole process group, as a terminal does."""
 
-    def __init__(self, log_dir: Path):  # Supervisor's, in a new session
-        self.port = free_port()
-        self.env = process_env() | {
-            "PORT": str(self.port),
-            "PORTAL_HEARTBEAT_SECONDS": "1",
-            "PORTAL_HEALTH_MAX_AGE_SECONDS": str(MAX_AGE),
-            "PORTAL_LOG_LEVEL": "INFO",
-        }
-        self.output_path = log_dir / "supervisord.out"
-        with open(self.output_path, "wb") as output:
-            self.process = subprocess.Popen(
-                ["sh", "platform/supervise.sh"],
-                cwd=ROOT,
-                env=self.env,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+    def __init__(self, log_dir: Path):
+        super().__init__(log_dir, new_session=True)
 
     def ctrl_c(self) -> None:
         os.killpg(self.process.pid, signal.SIGINT)

@@ -51,7 +51,7 @@ print("done", name, flush=True)
 class Supervisor:
     """supervisord as `make run` starts it, on the test database and data root; always stopped."""
 
-    def __init__(self, log_dir: Path):
+    def __init__(self, log_dir: Path, *, new_session: bool = False):
         self.port = free_port()
         self.env = process_env() | {
             "PORT": str(self.port),
@@ -62,7 +62,12 @@ class Supervisor:
         self.output_path = log_dir / "supervisord.out"
         with open(self.output_path, "wb") as output:
             self.process = subprocess.Popen(
-                ["sh", "platform/supervise.sh"], cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT
+                ["sh", "platform/supervise.sh"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=new_session,
             )
 
     def __enter__(self) -> Supervisor:
