@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -37,7 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 from bench.common import emit, percentile
 from bench.job_start import Api, _free_port
 from bench.router import Connection
-from bench.web_server import uvicorn_argv
+from bench.web_server import parse_server, server_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -63,7 +65,25 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--url", help="a running portal to drive instead of starting one")
     parser.add_argument("--profile", action="store_true", help="query counts and pyinstrument of both API calls")
+    parser.add_argument(
+        "--server",
+        default="uvicorn",
+        help="uvicorn (one worker, as make run today), uvicorn-workers:N, daphne or gunicorn-uvicorn:N",
+    )
+    parser.add_argument(
+        "--compare",
+        help="servers (comma-separated, as --server) measured in one run on one database, in interleaved rounds",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="with --compare: rounds per server, interleaved")
     args = parser.parse_args(argv)
+    servers = [s.strip() for s in args.compare.split(",")] if args.compare else [args.server]
+    for spec in servers:
+        try:
+            parse_server(spec)
+        except ValueError as error:
+            parser.error(str(error))
+    if args.compare and args.url:
+        parser.error("--compare starts its own servers; it cannot drive --url")
     database_url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
     data_root = Path(tempfile.mkdtemp(prefix="portal-bench-"))
     env = {
@@ -75,54 +95,235 @@ def main(argv: list[str] | None = None) -> dict:
         "PORTAL_LOG_LEVEL": "WARNING",
         "PORTAL_THROTTLE_USER": "100000000/minute",
     }
-    processes = []
     try:
         if args.url:
-            base = args.url.rstrip("/")
+            report = _drive(args.url.rstrip("/"), env, args)
         else:
             loaded = _prepare(database_url, env, jobs=args.jobs)
             print(f"loaded {args.jobs} historical jobs in {loaded:.1f} s", file=sys.stderr)
-            port = _free_port()
-            # No access log line per request, as in production behind a proxy that keeps its own.
-            with open(data_root / "web.log", "wb") as logs:  # the child keeps its own copy of the descriptor
-                processes.append(
-                    subprocess.Popen(
-                        uvicorn_argv(port),
-                        cwd=ROOT,
-                        env=env,
-                        stdout=logs,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
-            base = f"http://127.0.0.1:{port}"
-        api = Api(base)
-        api.wait_up(path="/healthz/live")  # no worker, beat or watcher here: /healthz would stay 503
-        api.token = api.post("/api/v1/auth/token/", {"username": "alice", "password": env["PORTAL_DEMO_PASSWORD"]})[
-            "token"
-        ]
-        report = asyncio.run(_measure(base, api.token, duration=args.duration, concurrency=args.concurrency))
+            if not args.compare:
+                report = _serve_and_drive(args.server, env, data_root, args)
+            else:
+                return _compare(servers, env, data_root, args)
         report["historical_jobs"] = None if args.url else args.jobs
         if args.profile:
             _profile(env)
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
         shutil.rmtree(data_root, ignore_errors=True)
+    return _verdict(report, args.json)
+
+
+def _login(base: str, env: dict) -> str:
+    api = Api(base)
+    api.wait_up(path="/healthz/live")  # no worker, beat or watcher here: /healthz would stay 503
+    return api.post("/api/v1/auth/token/", {"username": "alice", "password": env["PORTAL_DEMO_PASSWORD"]})["token"]
+
+
+def _drive(base: str, env: dict, args: argparse.Namespace) -> dict:
+    token = _login(base, env)
+    return asyncio.run(_measure(base, token, duration=args.duration, concurrency=args.concurrency))
+
+
+def _serve_and_drive(spec: str, env: dict, data_root: Path, args: argparse.Namespace) -> dict:
+    """Start the portal under server ``spec``, check its websockets, measure it, stop it."""
+    _, workers = parse_server(spec)
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    # No access log line per request, as in production behind a proxy that keeps its own.
+    with open(data_root / "web.log", "ab") as logs:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(server_argv(spec, port), cwd=ROOT, env=env, stdout=logs, stderr=subprocess.STDOUT)
+    try:
+        token = _login(base, env)
+        # Every worker up before the keep-alive connections are opened: they stay with the worker that took them.
+        _wait_for_workers(base, workers)
+        heard = asyncio.run(_websockets_hear(base, token, env))
+        before = _process_cpu_seconds(process.pid, workers)
+        report = asyncio.run(_measure(base, token, duration=args.duration, concurrency=args.concurrency))
+        after = _process_cpu_seconds(process.pid, workers)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    # The busiest ``workers``: not a helper process such as multiprocessing's resource tracker.
+    cpu = sorted((round(seconds - before.get(pid, 0.0), 1) for pid, seconds in after.items()), reverse=True)[:workers]
+    return report | {"server": spec, "workers": workers, "websockets_heard": heard, "worker_cpu_s": cpu}
+
+
+def _wait_for_workers(base: str, workers: int, timeout: float = 90.0) -> None:
+    """Until ``workers`` distinct processes have answered GET /bench/pid (each on a new connection)."""
+    deadline = time.monotonic() + timeout
+    seen: set[bytes] = set()
+
+    def ask(_: int) -> bytes:
+        with urllib.request.urlopen(base + "/bench/pid", timeout=30) as response:
+            return response.read()
+
+    with ThreadPoolExecutor(4 * workers) as pool:
+        while len(seen) < workers:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{base}: {len(seen)} of {workers} workers answered within {timeout:.0f} s")
+            seen.update(pool.map(ask, range(4 * workers)))
+
+
+# --- Websockets ---------------------------------------------------------------------------------------------
+
+WEBSOCKETS = 4  # department sockets opened per server, spread over its workers as the kernel hands them out
+
+
+async def _websockets_hear(base: str, token: str, env: dict) -> str:
+    """``WEBSOCKETS`` sockets on /ws/departments/vision/ open (hello) and each hears a message that another
+    process (not a web worker) sends to the department's group over the channel layer: "4/4" when all do.
+
+    That is the path of every live update (the Celery worker and the scheduler push, web workers hold the
+    sockets), and what a process-local channel layer would break between the workers of one server.
+    """
+    from websockets.asyncio.client import connect
+    from websockets.typing import Origin
+
+    url = base.replace("http://", "ws://") + "/ws/departments/vision/"
+    marker = f"bench-{os.getpid()}-{time.monotonic_ns()}"
+    sockets = [
+        await connect(url, additional_headers={"Authorization": f"Token {token}"}, origin=Origin(base))
+        for _ in range(WEBSOCKETS)
+    ]
+    try:
+        for socket in sockets:
+            hello = json.loads(await asyncio.wait_for(socket.recv(), timeout=30))
+            if hello != {"type": "hello"}:
+                raise SystemExit(f"{url} greeted {hello!r}, not hello")
+        push = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", f"from bench.api import _push_here; _push_here({marker!r})", cwd=ROOT, env=env
+        )
+        if await push.wait():
+            raise SystemExit("the push to the department's group failed")
+
+        async def hears(socket) -> bool:
+            deadline = time.monotonic() + 30
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    message = json.loads(await asyncio.wait_for(socket.recv(), timeout=left))
+                except TimeoutError:
+                    break
+                if message.get("marker") == marker:  # submissions' own updates may come first
+                    return True
+            return False
+
+        heard = await asyncio.gather(*(hears(socket) for socket in sockets))
+    finally:
+        for socket in sockets:
+            await socket.close()
+    return f"{sum(heard)}/{len(sockets)}"
+
+
+def _push_here(marker: str) -> None:
+    """One message to the vision department's group, as jobs.live sends job updates (run in a child)."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    django.setup()
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from accounts.models import Department
+    from jobs import live
+
+    group = live.department_group(Department.objects.get(slug="vision").pk)
+    async_to_sync(get_channel_layer().group_send)(
+        group, {"type": live.MESSAGE_TYPE, "payload": {"type": "bench", "marker": marker}}
+    )
+
+
+def _process_cpu_seconds(pid: int, workers: int) -> dict[int, float]:
+    """CPU seconds (user + system) of the server's processes by pid: the workers (its children) when it has
+    several, for the supervisor itself serves nothing."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # a process that has just ended
+        if int(entry.name) == pid if workers == 1 else int(fields[1]) == pid:
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    return found
+
+
+def _ratios(report: dict) -> dict:
     bare = report["bare_rps"]
-    report |= {
+    return report | {
         "submit_ratio": round(report["submit_rps"] / bare, 3),
         "list_ratio": round(report["list_rps"] / bare, 3),
         "goal_ratio": GOAL_RATIO,
     }
+
+
+def _compare(servers: list[str], env: dict, data_root: Path, args: argparse.Namespace) -> dict:
+    """Each server ``args.rounds`` times, rounds interleaved (A B C A B C), on one database: a row per round
+    and one per server over its rounds (requests over seconds), in the Markdown of bench/RESULTS.md."""
+    rounds: list[dict] = []
+    for number in range(1, args.rounds + 1):
+        for spec in servers:
+            rounds.append(_ratios(_serve_and_drive(spec, env, data_root, args)) | {"round": number})
+            rounds[-1]["load_average_1m"] = round(os.getloadavg()[0], 2)
+            print(f"round {number} {spec}: {json.dumps(rounds[-1])}", file=sys.stderr)
+    rows = {}
+    for spec in servers:
+        mine = [r for r in rounds if r["server"] == spec]
+        row: dict = {"server": spec, "websockets_heard": " ".join(r["websockets_heard"] for r in mine)}
+        for name in ENDPOINTS:
+            row[f"{name}_rps"] = round(
+                sum(r[f"{name}_requests"] for r in mine) / sum(r[f"{name}_seconds"] for r in mine), 1
+            )
+        rows[spec] = _ratios(row)
+    baseline = servers[0]
+    for row in rows.values():
+        row["bare_vs_baseline"] = round(row["bare_rps"] / rows[baseline]["bare_rps"], 3)
+    lines = [
+        "| round | server | submit rps (p50 / p99 ms) | list rps (p50 / p99 ms) | bare rps (p50 / p99 ms) "
+        "| submit / bare | list / bare | websockets heard | worker CPU s | load 1 min |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rounds:
+        timing = " | ".join(f"{r[f'{n}_rps']} ({r[f'{n}_p50_ms']} / {r[f'{n}_p99_ms']})" for n in ENDPOINTS)
+        lines.append(
+            f"| {r['round']} | {r['server']} | {timing} | {r['submit_ratio']:.3f} | {r['list_ratio']:.3f} "
+            f"| {r['websockets_heard']} | {' + '.join(map(str, r['worker_cpu_s']))} | {r['load_average_1m']} |"
+        )
+    lines += [
+        "",
+        f"| server (all {args.rounds} rounds) | submit rps | list rps | bare rps | submit / bare | list / bare "
+        f"| bare / {baseline} |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows.values():
+        lines.append(
+            f"| {row['server']} | {row['submit_rps']} | {row['list_rps']} | {row['bare_rps']} "
+            f"| {row['submit_ratio']:.3f} | {row['list_ratio']:.3f} | {row['bare_vs_baseline']:.2f} |"
+        )
+    print("\n".join(lines), file=sys.stderr)
+    report = {
+        "compare": rows,
+        "rounds": rounds,
+        "duration_s": args.duration,
+        "concurrency": args.concurrency,
+        "historical_jobs": args.jobs,
+        "baseline": baseline,
+    }
+    fastest = max(rows.values(), key=lambda row: row["bare_rps"])["server"]
+    return emit(report, json_path=args.json, summary=f"baseline {baseline}; fastest bare view: {fastest}")
+
+
+def _verdict(report: dict, json_path: Path | None) -> dict:
+    report = _ratios(report)
+    bare = report["bare_rps"]
     verdicts = "; ".join(
         f"{name} {report[f'{name}_rps']} rps = {report[f'{name}_ratio']:.2f} x bare "
         + ("meets" if report[f"{name}_ratio"] >= GOAL_RATIO else "MISSES")
         + f" >= {GOAL_RATIO}"
         for name in ("submit", "list")
     )
-    return emit(report, json_path=args.json, summary=f"baseline bare_rps {bare}; {verdicts}")
+    return emit(report, json_path=json_path, summary=f"baseline bare_rps {bare}; {verdicts}")
 
 
 # --- The database and its world -------------------------------------------------------------------------
@@ -322,6 +523,7 @@ async def _measure(base: str, token: str, *, duration: float, concurrency: int) 
         report |= {
             f"{name}_rps": round(counts[name] / seconds[name], 1),
             f"{name}_requests": counts[name],
+            f"{name}_seconds": round(seconds[name], 3),
             f"{name}_p50_ms": round(statistics.median(latencies[name]), 2),
             f"{name}_p99_ms": round(percentile(latencies[name], 0.99), 2),
         }

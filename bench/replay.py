@@ -70,6 +70,9 @@ from quotas.scheduler.incremental import IncrementalScheduler
 CHECKPOINT_SECONDS = 1800
 ENTITLED_GRACE_SECONDS = 300
 HEADS_PER_DEPARTMENT = 64
+CYCLES_PER_MOMENT = 10  # cycles at one moment while each evicts; then one more RETRY_SECONDS later, and so on
+RETRY_SECONDS = 1.0
+RETRY = 2  # an event kind: a cycle and nothing else
 PRIORITIES = [(0.10, 1000, False), (0.80, 500, True), (1.00, 100, True)]  # cumulative share, value, preemptible
 
 
@@ -146,7 +149,7 @@ class Replay:
         self.pending: dict[str, dict[int, SimJob]] = defaultdict(dict)  # department -> waiting jobs
         self.running: dict[int, SimJob] = {}
         self.usage: dict[str, float] = defaultdict(float)  # real departments, for guarantees
-        self.events: list[tuple[float, int, int, int]] = []  # time, kind (0 finish, 1 arrival), job id, epoch
+        self.events: list[tuple[float, int, int, int]] = []  # time, kind (0 finish, 1 arrival, 2 retry), job id, epoch
         self.violations = self.preemptions = self.admissions = 0
         self.by_reason: dict[str, int] = defaultdict(int)  # preemptions by reason
         self.wasted_by: dict[str, float] = defaultdict(float)  # GPU-seconds lost by preemption reason
@@ -186,6 +189,8 @@ class Replay:
             now = self.events[0][0]
             while self.events and self.events[0][0] == now:
                 _, kind, job_id, epoch = heapq.heappop(self.events)
+                if kind == RETRY:
+                    continue
                 job = by_id[job_id]
                 if kind == 1:
                     self.pending[job.department][job_id] = job
@@ -196,9 +201,13 @@ class Replay:
                         self._timed(self.scheduler.remove_running, job_id)
                     job.finished = now
                     self._use(job.department, -job.gpus, now)
-            for _ in range(10):  # preempted jobs stop at once: cycle again at the same moment
+            for _ in range(CYCLES_PER_MOMENT):  # preempted jobs stop at once: cycle again at the same moment
                 if not self._cycle(now):
                     break
+            else:
+                # Still evicting: the portal cycles again once the victims have stopped (their ends request a
+                # cycle), whether or not anything else happens; GPUs freed here must not sit idle until then.
+                heapq.heappush(self.events, (now + RETRY_SECONDS, RETRY, 0, 0))
         for department in list(self.pending):
             self._entitlement(department, math.inf)
         return now

@@ -77,6 +77,15 @@ def _settings_from_env():
         "job_env_unused_days": env.int("PORTAL_JOB_ENV_UNUSED_DAYS", 14, minimum=0, maximum=36500),
         # Supervision (core/heartbeats.py): how often worker, beat and watcher refresh their heartbeat, seconds.
         "heartbeat_seconds": env.int("PORTAL_HEARTBEAT_SECONDS", 5, minimum=1, maximum=300),
+        # Who runs scheduling cycles (jobs/scheduler_service.py): `service`, the standing scheduler
+        # (`manage.py run_scheduler`, one leader) that requests only notify; `inline`, each request runs its own.
+        "scheduler": _choice("PORTAL_SCHEDULER", env.str("PORTAL_SCHEDULER", "inline"), ("inline", "service")),
+        # The service gathers the requests of a burst into one cycle: it waits this long after the first (ms).
+        "scheduler_delay_ms": env.int("PORTAL_SCHEDULER_DELAY_MS", 20, minimum=0, maximum=10000),
+        # The service runs a full cycle at least this often (seconds), for what time alone changes.
+        "scheduler_period_seconds": env.int("PORTAL_SCHEDULER_PERIOD_SECONDS", 5, minimum=1, maximum=3600),
+        # A leader that stops renewing its lease (SQLite) is replaced after this long; seconds.
+        "scheduler_lease_seconds": env.int("PORTAL_SCHEDULER_LEASE_SECONDS", 5, minimum=2, maximum=600),
         # A worker, beat or watcher heartbeat older than this (seconds) makes /healthz answer 503.
         "health_max_age": env.int("PORTAL_HEALTH_MAX_AGE_SECONDS", 30, minimum=2, maximum=3600),
         # The same for the last scheduling cycle; 0: twice PORTAL_RECONCILE_SECONDS plus 30 s.
@@ -124,6 +133,12 @@ def _settings_from_env():
         # Open websockets check again this often (seconds) that their session or API token still holds.
         "ws_recheck_seconds": env.int("PORTAL_WS_RECHECK_SECONDS", 60, minimum=1, maximum=3600),
     }
+
+
+def _choice(name: str, value: str | None, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise EnvError(f"{name}: {value!r} is not one of {', '.join(choices)}")
+    return value
 
 
 def _lockout_parameters(values: list[str]) -> list:

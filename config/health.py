@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
@@ -39,6 +40,7 @@ WHAT_IT_IS = {
     heartbeats.WORKER: "The Celery worker",
     heartbeats.BEAT: "Celery beat",
     heartbeats.WATCHER: "The cluster watcher",
+    heartbeats.SCHEDULER: "The scheduler service (manage.py run_scheduler)",
 }
 
 
@@ -96,20 +98,22 @@ def _heartbeat_checks() -> dict[str, dict]:
     except Exception as exc:
         log.warning("/healthz: the heartbeats cannot be read", exc_info=True)
         error = f"Heartbeats cannot be read: the database does not answer ({type(exc).__name__})."
-        return {name: {"ok": False, "error": error} for name in (*heartbeats.PROCESSES, heartbeats.CYCLE)}
+        return {name: {"ok": False, "error": error} for name in (*heartbeats.expected(), heartbeats.CYCLE)}
     report = {}
     for name, age in ages.items():
         limit = heartbeats.max_age(name)
         entry: dict = {"ok": age is not None and age <= limit, "age_s": None if age is None else round(age, 1)}
         entry["max_age_s"] = limit
         if name == heartbeats.CYCLE:
+            who = (
+                "the scheduler service runs them: is a run_scheduler process leading?"
+                if settings.PORTAL_SCHEDULER == "service"
+                else "is beat sending reconcile-jobs and the worker running it?"
+            )
             if age is None:
-                entry["error"] = "No scheduling cycle has run yet: beat and the worker run them."
+                entry["error"] = f"No scheduling cycle has run yet: {who}"
             elif not entry["ok"]:
-                entry["error"] = (
-                    f"The last scheduling cycle ran {age:.0f} s ago (more than {limit:.0f} s): "
-                    "is beat sending reconcile-jobs and the worker running it?"
-                )
+                entry["error"] = f"The last scheduling cycle ran {age:.0f} s ago (more than {limit:.0f} s): {who}"
         elif age is None:
             entry["error"] = f"{WHAT_IT_IS[name]} has never recorded a heartbeat: is it running?"
         elif not entry["ok"]:

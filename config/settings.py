@@ -252,6 +252,12 @@ PORTAL_JOB_DISK_MAX_BYTES = _s["job_disk_max_bytes"]
 PORTAL_JOB_RETENTION_DAYS = _s["job_retention_days"]
 PORTAL_JOB_ENV_UNUSED_DAYS = _s["job_env_unused_days"]
 
+# --- The scheduler service (jobs/scheduler_service.py, manage.py run_scheduler) ---
+PORTAL_SCHEDULER = _s["scheduler"]
+PORTAL_SCHEDULER_DELAY_SECONDS = _s["scheduler_delay_ms"] / 1000
+PORTAL_SCHEDULER_PERIOD_SECONDS = _s["scheduler_period_seconds"]
+PORTAL_SCHEDULER_LEASE_SECONDS = _s["scheduler_lease_seconds"]
+
 # --- Supervision and health (core/heartbeats.py, config/health.py, platform/supervisord.conf) ---
 # Beat's default scheduler, refreshing beat's heartbeat from its own tick.
 CELERY_BEAT_SCHEDULER = "core.heartbeats:BeatScheduler"

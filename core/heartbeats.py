@@ -5,6 +5,8 @@
   whose consumer lost the broker and is reconnecting, stops beating.
 - ``beat``: Celery beat's scheduler (``BeatScheduler``, ``CELERY_BEAT_SCHEDULER``) beats from its tick.
 - ``watcher``: ``manage.py watch_clusters`` beats from its main loop while every watch thread lives.
+- ``scheduler``: the scheduler service (``manage.py run_scheduler``, leader or standby) beats from its loop; it is
+  expected only with PORTAL_SCHEDULER=service (``expected``).
 - ``scheduling-cycle``: ``jobs.admission.scheduling_cycle`` records each cycle in its own transaction.
 
 Rows live in the database (``core.models.Heartbeat``), one per name and host, so that every process sees them
@@ -29,7 +31,8 @@ from django.utils import timezone
 log = logging.getLogger(__name__)
 
 WORKER, BEAT, WATCHER, CYCLE = "worker", "beat", "watcher", "scheduling-cycle"
-PROCESSES = (WORKER, BEAT, WATCHER)
+SCHEDULER = "scheduler"
+PROCESSES = (WORKER, BEAT, WATCHER, SCHEDULER)
 RUN = 0x1  # celery.bootsteps.RUN, a blueprint that runs (absent from its type stubs)
 
 
@@ -64,10 +67,16 @@ def ages(*, now: datetime | None = None) -> dict[str, float | None]:
     from core.models import Heartbeat
 
     now = now or timezone.now()
-    ages: dict[str, float | None] = dict.fromkeys((*PROCESSES, CYCLE))
+    ages: dict[str, float | None] = dict.fromkeys((*expected(), CYCLE))
     for name, beat_at in Heartbeat.objects.order_by("beat_at").values_list("name", "beat_at"):
-        ages[name] = max(0.0, (now - beat_at).total_seconds())  # the freshest comes last
+        if name in ages:
+            ages[name] = max(0.0, (now - beat_at).total_seconds())  # the freshest comes last
     return ages
+
+
+def expected() -> tuple[str, ...]:
+    """The processes that must beat: the scheduler service only where it runs the cycles."""
+    return PROCESSES if settings.PORTAL_SCHEDULER == "service" else (WORKER, BEAT, WATCHER)
 
 
 def own_age(name: str, *, now: datetime | None = None) -> float | None:

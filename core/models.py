@@ -22,3 +22,18 @@ class Heartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}@{self.host} {self.beat_at.isoformat()}"
+
+
+class Lease(models.Model):
+    """Who holds a leadership (``name``) until when: core/leases.py, where PostgreSQL's advisory locks do not exist.
+
+    On SQLite the scheduler service's leader renews its row; another instance takes the lease over once
+    ``expires_at`` passed without a renewal (a dead or frozen leader).
+    """
+
+    name = models.CharField(max_length=40, primary_key=True)
+    holder = models.CharField(max_length=255)
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.holder} until {self.expires_at.isoformat()}"

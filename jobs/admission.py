@@ -8,11 +8,13 @@ reaches it through quotas.signals.capacity_changed."""
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -24,7 +26,8 @@ from clusters.health import refusal as cluster_health_refusal
 from clusters.services import cluster_health
 from core import heartbeats
 from jobs import lifecycle, live, tasks
-from jobs.models import Job
+from jobs.models import CycleRequest, Job
+from jobs.runtimes import Runtimes, runtimes_for
 from jobs.transitions import job_transition
 from quotas.models import Quota
 from quotas.scheduler import (
@@ -39,9 +42,11 @@ from quotas.scheduler import (
     Snapshot,
     schedule,
 )
-from quotas.scheduler.eta import expected_end
+from quotas.scheduler.eta import StartRanges, expected_end, likely_end, likely_starts
 from quotas.selectors import effective_quotas
 from quotas.services import quotas_check
+
+log = logging.getLogger(__name__)
 
 
 def _quota_state(quota: Quota, *, recent_usage: float = 0.0) -> QuotaState:
@@ -79,21 +84,88 @@ def quota_preview(*, department: Department, quotas: list[dict]) -> Decisions:
 
 
 def what_if(
-    *, queued: list[Job], quotas: list[QuotaState] | None = None, now: datetime | None = None
+    *,
+    queued: list[Job],
+    quotas: list[QuotaState] | None = None,
+    now: datetime | None = None,
+    runtimes: Runtimes | None = None,
 ) -> tuple[Snapshot | None, Decisions]:
     """One cycle on these queued jobs (saved or not: jobs.preview adds a would-be one) with the stored quotas or
-    ``quotas``: (what the scheduler saw, None without queued jobs; what it decided). Writes nothing and takes no
-    lock: the what-if paths (quota_preview, jobs.preview)."""
+    ``quotas``: (what the scheduler saw, None without queued jobs; what it decided). ``runtimes``: the jobs'
+    expected durations go into the snapshot (cycle_snapshot). Writes nothing and takes no lock: the what-if paths
+    (quota_preview, jobs.preview)."""
     if not queued:
         return None, Decisions()
-    snapshot, _ = cycle_snapshot(queued=queued, quotas=quotas)
-    return snapshot, schedule(snapshot, now=(now or timezone.now()).timestamp())
+    now = now or timezone.now()
+    snapshot, _ = cycle_snapshot(queued=queued, quotas=quotas, now=now, runtimes=runtimes)
+    return snapshot, schedule(snapshot, now=now.timestamp())
+
+
+def start_ranges(
+    snapshot: Snapshot, decisions: Decisions, *, now: datetime
+) -> dict[int, tuple[datetime | None, datetime | None]]:
+    """waiting job id -> (likely start, start at the latest) after this cycle: the scheduler's estimate on the
+    limits, and the same estimate on the durations history expects (quotas.scheduler.eta.likely_starts, from the
+    snapshot's expected runtimes), neither before the department's quota lets the job in nor before ``now``."""
+    moment = now.timestamp()
+    likely = likely_starts(snapshot, decisions, now=moment)
+    ranges = StartRanges(snapshot, now=moment)
+    pending = {job.job_id: job for job in snapshot.pending}
+    found = {}
+    for waiting in decisions.waiting:
+        start, latest = ranges.of(
+            pending[waiting.job_id], waiting.reason, latest=waiting.estimated_start, likely=likely.get(waiting.job_id)
+        )
+        found[waiting.job_id] = (as_moment(start), as_moment(latest))
+    return found
+
+
+def as_moment(seconds: float | None) -> datetime | None:
+    """A time of the scheduler (seconds since the epoch) as an aware datetime."""
+    return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
 
 
 ETA_TOLERANCE_SECONDS = 60
 
 
 CYCLE_LOCK_KEY = 0x6770755F  # "gpu_": one scheduling cycle at a time across processes
+LEADER_LOCK_KEY = 0x6770754C  # "gpuL": the scheduler service's leader (core/leases.py)
+CHANNEL = "portal_scheduler"  # PostgreSQL NOTIFY channel the service's leader listens on
+
+
+def request_cycle(reason: str) -> None:
+    """A change that may admit, preempt or move jobs happened (``reason``: submitted, ended, cancelled, requeued,
+    capacity): have a scheduling cycle look at it.
+
+    With the scheduler service (PORTAL_SCHEDULER=service) this only records the request, in the caller's
+    transaction, and on PostgreSQL NOTIFYs the leader (delivered at commit); the service coalesces a burst into one
+    cycle (jobs/scheduler_service.py). Inline (PORTAL_SCHEDULER=inline: tests, a single process) the cycle runs
+    here and now.
+    """
+    if settings.PORTAL_SCHEDULER == "inline":
+        scheduling_cycle()
+        return
+    CycleRequest.objects.create(reason=reason[:40])
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, reason])
+
+
+def periodic_cycle(*, now: datetime | None = None) -> Decisions | None:
+    """The reconcile's cycle (every PORTAL_RECONCILE_SECONDS). With the scheduler service, that service runs its own
+    every PORTAL_SCHEDULER_PERIOD_SECONDS and this does nothing, unless no cycle ran for three of its periods (the
+    service is down): then it runs one, with a warning, so that jobs keep being admitted while it is restarted."""
+    if settings.PORTAL_SCHEDULER == "inline":
+        return scheduling_cycle(now=now)
+    age = heartbeats.ages(now=now).get(heartbeats.CYCLE)
+    if age is not None and age <= 3 * settings.PORTAL_SCHEDULER_PERIOD_SECONDS:
+        return None
+    log.warning(
+        "no scheduling cycle for %s s: is the scheduler service (manage.py run_scheduler) running? "
+        "The reconcile runs one meanwhile.",
+        "ever" if age is None else f"{age:.0f}",
+    )
+    return scheduling_cycle(now=now)
 
 
 def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
@@ -117,29 +189,32 @@ def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
         _hold_for_unusable_clusters(queued)  # they wait, saying why, and are not offered to the scheduler
         if not queued:
             return Decisions()
-        snapshot, holding = cycle_snapshot(queued=list(queued.values()), now=now)
+        snapshot, holding = cycle_snapshot(queued=list(queued.values()), now=now, from_history=True)
         decisions = schedule(snapshot, now=now.timestamp())
         for admission in decisions.admissions:
             _admit(queued[admission.job_id], admission, now)
         for preemption in decisions.preemptions:
             _preempt(holding[preemption.job_id], preemption, now)
+        ranges = start_ranges(snapshot, decisions, now=now)
         moved = []
         for waiting in decisions.waiting:
             job = queued[waiting.job_id]
-            eta = datetime.fromtimestamp(waiting.estimated_start, tz=UTC) if waiting.estimated_start else None
-            if (job.pending_reason, job.status_message, job.queue_position) != (
-                waiting.reason,
-                waiting.message,
-                waiting.position,
-            ) or _moved(job.estimated_start, eta):
+            likely, latest = ranges[waiting.job_id]
+            if (
+                (job.pending_reason, job.status_message, job.queue_position)
+                != (waiting.reason, waiting.message, waiting.position)
+                or _moved(job.estimated_start, likely)
+                or _moved(job.latest_start, latest)
+            ):
                 if Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
                     pending_reason=waiting.reason,
                     status_message=waiting.message,
                     queue_position=waiting.position,
-                    estimated_start=eta,
+                    estimated_start=likely,
+                    latest_start=latest,
                 ):
                     job.pending_reason, job.status_message = waiting.reason, waiting.message
-                    job.queue_position, job.estimated_start = waiting.position, eta
+                    job.queue_position, job.estimated_start, job.latest_start = waiting.position, likely, latest
                     moved.append(job)
         # No transition tells their departments' open pages about these: say it once per department.
         live.queue_changed(jobs=moved)
@@ -161,8 +236,9 @@ def _hold_for_unusable_clusters(queued: dict[int, Job]) -> None:
         message = cluster_health_refusal(job.pool.cluster.name, found) or ""
         if (job.pending_reason, job.status_message) != ("cluster_unreachable", message) and Job.objects.filter(
             pk=job.pk, status=lifecycle.QUEUED
-        ).update(pending_reason="cluster_unreachable", status_message=message, estimated_start=None):
-            job.pending_reason, job.status_message, job.estimated_start = "cluster_unreachable", message, None
+        ).update(pending_reason="cluster_unreachable", status_message=message, estimated_start=None, latest_start=None):
+            job.pending_reason, job.status_message = "cluster_unreachable", message
+            job.estimated_start = job.latest_start = None
             moved.append(job)
     live.queue_changed(jobs=moved)
 
@@ -208,10 +284,19 @@ def _recent_usage(pools, now: datetime | None = None) -> dict[tuple[str, int], f
 
 
 def cycle_snapshot(
-    *, queued: list[Job], quotas: list[QuotaState] | None = None, now: datetime | None = None
+    *,
+    queued: list[Job],
+    quotas: list[QuotaState] | None = None,
+    now: datetime | None = None,
+    runtimes: Runtimes | None = None,
+    from_history: bool = False,
 ) -> tuple[Snapshot, dict[int, Job]]:
     """What the scheduler sees of the pools the queued jobs wait for; ``quotas`` replaces the stored ones (what-if);
-    ``now`` decides which quota loans are active (default: now)."""
+    ``now`` decides which quota loans are active (default: now).
+
+    ``runtimes`` (or, with ``from_history``, one grouped query of jobs.runtimes over the queued and holding jobs)
+    give the jobs their expected durations, for the likely estimates only: ``PendingJob.expected_runtime`` and
+    ``RunningJob.expected_end`` (quotas.scheduler.eta.likely_end); decisions keep the limits."""
     pools = {job.pool_id: job.pool for job in queued}
     holding = {
         job.pk: job
@@ -219,6 +304,10 @@ def cycle_snapshot(
             "priority", "department"
         )
     }
+    at = (now or timezone.now()).timestamp()
+    if runtimes is None and from_history:
+        runtimes = runtimes_for([*queued, *holding.values()], now=now)
+    expected = runtimes or Runtimes()
     used: dict[int, dict[tuple[str, int], float]] = {pool_id: defaultdict(float) for pool_id in pools}
     running = []
     for job in holding.values():
@@ -230,6 +319,8 @@ def cycle_snapshot(
             for gpu in slot.gpus:
                 used[job.pool_id][(slot.node, gpu)] += slot.fraction or 1.0
         started = (job.admitted_at or job.created_at).timestamp()
+        runtime = expected.of(job)
+        began = job.started_at.timestamp() if job.started_at else started
         running.append(
             RunningJob(
                 job_id=job.pk,
@@ -249,6 +340,9 @@ def cycle_snapshot(
                 terminating=bool(job.cancel_requested_at or job.preempt_requested_at),
                 attained=job.gpu_seconds,  # earlier runs; this one counts from started_at
                 checkpoint_every=float(pools[job.pool_id].cluster.settings.get("checkpoint_seconds", 0)) or None,
+                expected_end=None
+                if runtime is None
+                else likely_end(began=began, now=at, runtime=runtime, limit=job.max_runtime_seconds),
             )
         )
     if quotas is None:
@@ -288,6 +382,7 @@ def cycle_snapshot(
                 max_runtime=job.max_runtime_seconds,
                 nominated=job.pending_reason == "preemption_in_progress",
                 attained=job.gpu_seconds,
+                expected_runtime=expected.of(job),
             )
             for job in queued
         ),
@@ -341,4 +436,4 @@ def _admit(job: Job, admission: Admission, now: datetime) -> None:
 
 def on_capacity_changed(**_signal) -> None:
     """quotas.signals.capacity_changed: a larger quota or a new priority may admit waiting jobs at once."""
-    scheduling_cycle()
+    request_cycle("capacity")

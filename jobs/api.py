@@ -70,7 +70,9 @@ class EstimatedStartField(serializers.DateTimeField):
 
 
 class JobOutputSerializer(serializers.ModelSerializer):
+    # A waiting job's start: likely (from how long similar jobs ran) and at the latest (every job ahead to its limit).
     estimated_start = EstimatedStartField(read_only=True, allow_null=True)
+    latest_start = EstimatedStartField(read_only=True, allow_null=True)
     department = serializers.CharField(source="department.slug")
     cluster = serializers.CharField(source="cluster.name")
     image = serializers.CharField(source="image.name")
@@ -122,6 +124,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "events_url",
             "logs_url",
             "estimated_start",
+            "latest_start",
             "preemptions",
             "lost_gpu_seconds",
             "files_removed_at",

@@ -79,6 +79,7 @@ def queue_changed(*, jobs: list) -> None:
                 "status_message": job.status_message,
                 "queue_position": job.queue_position,
                 "estimated_start": job.estimated_start.isoformat() if job.estimated_start else None,
+                "latest_start": job.latest_start.isoformat() if job.latest_start else None,
             }
         )
     for department_id, changed in by_department.items():

@@ -60,7 +60,10 @@ class Job(models.Model):
     # When the job last wrote its checkpoint marker, as the executor reports it. The marker is per job, so
     # after a requeue this may be older than the current run's start (it then saves nothing of this run).
     checkpoint_at = models.DateTimeField(null=True, blank=True)
+    # A waiting job's start as the scheduling cycle estimates it (jobs.admission.start_ranges): likely, from how
+    # long similar jobs ran (jobs.runtimes), and at the latest, if every job ahead runs to its limit.
     estimated_start = models.DateTimeField(null=True, blank=True)
+    latest_start = models.DateTimeField(null=True, blank=True)
     launched_at = models.DateTimeField(null=True, blank=True)
     # Names this admission's run on the executor. A new one per admission, so a
     # re-queued job never meets its previous run, and ids stay unique even if
@@ -127,3 +130,15 @@ class JobEvent(models.Model):
 
     def __str__(self):
         return f"{self.job_id}: {self.from_status or '-'} -> {self.to_status} ({self.reason})"
+
+
+class CycleRequest(models.Model):
+    """A change the scheduler service must look at (jobs.admission.request_cycle): a job queued, ended or
+    cancelled, a quota or priority changed. Written in the change's own transaction, so the service never sees a
+    request before the change; on PostgreSQL a NOTIFY wakes it as well. The service deletes the rows it handled."""
+
+    reason = models.CharField(max_length=40)
+    requested_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"cycle request {self.pk} ({self.reason})"

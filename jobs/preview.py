@@ -15,7 +15,7 @@ GPU type where the department has quota.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.utils import timezone
 
@@ -28,15 +28,13 @@ from jobs.services import submitted_fields
 from jobs.submission import CleanJob, check_submission
 from quotas.models import Quota
 from quotas.scheduler import Snapshot, schedule
-from quotas.scheduler.eta import likely_end, quota_allows_at, with_expected_runtimes
+from quotas.scheduler.eta import StartRanges, has_expectations, with_expected_runtimes
 
 PREVIEW_JOB_ID = -1  # the would-be job in the snapshot: never the id of a saved job
 SOONER_BY_SECONDS = admission.ETA_TOLERANCE_SECONDS  # "sooner" by less than the estimates' own tolerance is noise
 
 # What the scheduler does not read (the live form previews while these are still being typed). Values that every
 # cluster accepts stand in for them when only they are missing or wrong; a submission still checks the real ones.
-QUOTA_REASONS = ("quota_exhausted", "borrowing_limit")  # waits for its own department's GPUs, not the pool's
-
 NOT_SCHEDULING = {
     "name": "preview",
     "code_url": "https://git.example.com/preview.git",
@@ -125,37 +123,23 @@ def _queues(pool_ids: set[int]) -> dict[int, list[Job]]:
     return queues
 
 
-@dataclass(frozen=True)
-class _History:
-    runtimes: Runtimes
-    ends: dict[int, float]  # job holding GPUs -> when it likely gives them back
-
-
-def _history(pools: set[int], queues: dict[int, list[Job]], user, clean: CleanJob, now: datetime) -> _History:
-    """How long the jobs in these pools (and jobs like the would-be one) likely run: two queries in all."""
+def _history(pools: set[int], queues: dict[int, list[Job]], user, clean: CleanJob, now: datetime) -> Runtimes:
+    """How long the jobs in these pools (and jobs like the would-be one) likely run: two queries in all. The
+    snapshots of what_if take their expected durations from it (jobs.admission.cycle_snapshot)."""
     holding = list(
         Job.objects.filter(status__in=lifecycle.HOLDS_GPUS, pool_id__in=list(pools)).only(
             "pk", "submitted_by", "department", "code_url", "command", "workers", "gpus_per_worker",
-            "max_runtime_seconds", "admitted_at", "started_at", "created_at",
+            "max_runtime_seconds",
         )
     )  # fmt: skip
     probe = Job(submitted_by=user, department=clean.department)
-    runtimes = runtimes_for([*(job for queue in queues.values() for job in queue), *holding, probe], now=now)
-    ends = {}
-    for held in holding:
-        runtime = runtimes.of(held)
-        began = held.started_at or held.admitted_at or held.created_at
-        if runtime is not None:
-            ends[held.pk] = likely_end(
-                began=began.timestamp(), now=now.timestamp(), runtime=runtime, limit=held.max_runtime_seconds
-            )
-    return _History(runtimes=runtimes, ends=ends)
+    return runtimes_for([*(job for queue in queues.values() for job in queue), *holding, probe], now=now)
 
 
-def _outcome(user, clean: CleanJob, queues: dict[int, list[Job]], history: _History, now: datetime) -> Preview:
+def _outcome(user, clean: CleanJob, queues: dict[int, list[Job]], history: Runtimes, now: datetime) -> Preview:
     job = Job(**submitted_fields(clean), submitted_by=user, pk=PREVIEW_JOB_ID, created_at=now)
     queued = [*queues.get(clean.pool.pk, []), job]
-    snapshot, decisions = admission.what_if(queued=queued, now=now)
+    snapshot, decisions = admission.what_if(queued=queued, now=now, runtimes=history)
     if any(admitted.job_id == PREVIEW_JOB_ID for admitted in decisions.admissions):
         return Preview(
             would_start=True,
@@ -167,64 +151,33 @@ def _outcome(user, clean: CleanJob, queues: dict[int, list[Job]], history: _Hist
         )
     waiting = next((w for w in decisions.waiting if w.job_id == PREVIEW_JOB_ID), None)
     if waiting is not None and snapshot is not None:
-        latest = _moment(_not_before_quota(snapshot, job, waiting.reason, waiting.estimated_start, now), now)
-        likely = _moment(_likely_start(snapshot, queued, history, job, waiting.reason, now), now)
-        if likely is None or (latest is not None and likely > latest):
-            likely = latest
+        pending = next(p for p in snapshot.pending if p.job_id == PREVIEW_JOB_ID)
+        likely, latest = StartRanges(snapshot, now=now.timestamp()).of(
+            pending, waiting.reason, latest=waiting.estimated_start, likely=_likely_start(snapshot, now)
+        )
         return Preview(
             would_start=False,
             pending_reason=waiting.reason,
             status_message=waiting.message,
             queue_position=waiting.position,
-            estimated_start=likely,
-            latest_start=latest,
+            estimated_start=admission.as_moment(likely),
+            latest_start=admission.as_moment(latest),
         )
     # Neither admitted nor told why (the scheduler explains every job it does not admit): say so plainly.
     return Preview(would_start=False, pending_reason="", status_message="", queue_position=None, estimated_start=None)
 
 
-def _likely_start(
-    snapshot: Snapshot, queued: list[Job], history: _History, job: Job, reason: str, now: datetime
-) -> float | None:
-    """The same cycle with likely runtimes instead of limits (quotas.scheduler.eta.with_expected_runtimes)."""
-    runtimes = {}
-    for waiting in queued:
-        runtime = history.runtimes.of(waiting)
-        if runtime is not None:
-            runtimes[waiting.pk] = runtime
-    if not runtimes and not history.ends:
+def _likely_start(snapshot: Snapshot, now: datetime) -> float | None:
+    """The same cycle with likely durations instead of limits (quotas.scheduler.eta.with_expected_runtimes), before
+    the quota floor (StartRanges adds it). The scheduling cycle stores a cheaper likely start, on its own decisions
+    (jobs.admission.start_ranges); a preview asks what the queue would do if jobs ran as long as usual."""
+    if not has_expectations(snapshot):
         return None  # nothing known beyond the limits: the latest start is all there is
-    likely = with_expected_runtimes(snapshot, ends=history.ends, runtimes=runtimes)
-    decisions = schedule(likely, now=now.timestamp())
+    decisions = schedule(with_expected_runtimes(snapshot), now=now.timestamp())
     found = next((w for w in decisions.waiting if w.job_id == PREVIEW_JOB_ID), None)
     if found is None:  # the likely world admits it now (backfill with shorter jobs): soon, but not a promise
         return now.timestamp()
-    return _not_before_quota(likely, job, reason, found.estimated_start, now)
-
-
-def _moment(start: float | None, now: datetime) -> datetime | None:
-    return max(datetime.fromtimestamp(start, tz=UTC), now) if start is not None else None
-
-
-def _not_before_quota(
-    snapshot: Snapshot | None, job: Job, reason: str, estimate: float | None, now: datetime
-) -> float | None:
-    """The scheduler's estimate, but not before the department's quota lets the job in (quotas.scheduler.eta)."""
-    if estimate is None or reason not in QUOTA_REASONS or snapshot is None:
-        return estimate
-    department = job.department.slug
-    quota = next((q for q in snapshot.quotas if q.department == department and q.pool_id == job.pool_id), None)
-    if quota is None:
-        return None
-    allowed: float | None
-    if not job.priority.preemptible:  # within its own nominal (a loan's GPUs only take preemptible work)
-        fixed = getattr(quota, "fixed_nominal", None)
-        allowed = quota.nominal if fixed is None else fixed
-    else:
-        allowed = None if quota.borrowing_limit is None else quota.nominal + quota.borrowing_limit
-    running = [held for held in snapshot.running if held.pool_id == job.pool_id]
-    floor = quota_allows_at(running=running, department=department, need=job.gpus, allowed=allowed, now=now.timestamp())
-    return None if floor is None else max(estimate, floor)
+    return found.estimated_start
 
 
 def _changes(clean: CleanJob) -> list[dict]:

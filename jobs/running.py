@@ -239,7 +239,7 @@ def jobs_reconcile(*, now: datetime | None = None) -> int:
             elif state is None:
                 state = ObservedState(phase=LOST, reason="lost", message="The executor has no record of this job.")
             ended += job_observe(job=job, state=state)
-    admission.scheduling_cycle()
+    admission.periodic_cycle()
     return ended
 
 
@@ -377,7 +377,7 @@ def _requeue(job: Job, now=None, checkpoint_at: datetime | None = None, cluster_
         started_at=None,  # run_id stays: its logs show until the next run starts
         **({"run_id": ""} if cluster_unusable is not None else {}),  # not the portal's any more: collected
     )
-    admission.scheduling_cycle()
+    admission.request_cycle("requeued")
 
 
 def _lost_gpu_seconds(
@@ -395,7 +395,7 @@ def _lost_gpu_seconds(
 
 def _end(job: Job, status: str, *, reason: str, message: str, **fields) -> None:
     job_transition(job=job, to=status, reason=reason, message=message, status_message=message, **fields)
-    admission.scheduling_cycle()
+    admission.request_cycle("ended")
 
 
 def _from_epoch(seconds: float | None) -> datetime:

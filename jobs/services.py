@@ -2,11 +2,13 @@
 
 Launching a job on its cluster's executor and following what the executor reports (launch, observe,
 reconcile, stop, collect garbage) is jobs.running's. Admission is not here either: it is
-jobs.admission.scheduling_cycle(), which runs after every submit, every ending and periodically (reconcile).
+jobs.admission.scheduling_cycle(), which every submit, cancel and ending asks for (jobs.admission.request_cycle: the
+scheduler service runs it, or the request itself with PORTAL_SCHEDULER=inline) and which runs periodically.
 """
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -33,20 +35,27 @@ def job_submit(*, user, data: dict, type_errors: dict | None = None, idempotency
     clean = check_submission(user=user, data=data, type_errors=type_errors)
     try:
         with transaction.atomic():
-            job = Job.objects.create(**submitted_fields(clean), submitted_by=user, idempotency_key=idempotency_key)
+            job = Job.objects.create(
+                **submitted_fields(clean),
+                submitted_by=user,
+                idempotency_key=idempotency_key,
+                status_message=WAITING_FOR_SCHEDULER,
+            )
             job_created_event(job=job, message=f"Submitted by {user.username}.")
     except IntegrityError:
         # A concurrent request with the same Idempotency-Key won the race.
         if idempotency_key:
             return Job.objects.get(submitted_by=user, idempotency_key=idempotency_key), False
         raise
-    admission.scheduling_cycle()
-    # What the cycle decided. Only the job's own columns: a cycle never changes its department, pool, image ...,
-    # and refreshing those would drop the objects we hold and cost the API answer six more queries.
-    job.refresh_from_db(fields=SCHEDULED_FIELDS)
+    admission.request_cycle("submitted")
+    if settings.PORTAL_SCHEDULER == "inline":
+        # What the cycle decided. Only the job's own columns: a cycle never changes its department, pool, image ...,
+        # and refreshing those would drop the objects we hold and cost the API answer six more queries.
+        job.refresh_from_db(fields=SCHEDULED_FIELDS)
     return job, True
 
 
+WAITING_FOR_SCHEDULER = "Submitted: the scheduler decides within a moment."
 SCHEDULED_FIELDS = [field.attname for field in Job._meta.concrete_fields if not field.is_relation]
 
 
@@ -122,7 +131,7 @@ def job_cancel(*, user, job: Job) -> Job:
         except StaleJob:
             job.refresh_from_db()
             return job_cancel(user=user, job=job)
-        admission.scheduling_cycle()
+        admission.request_cycle("cancelled")
         return job
     if job.cancel_requested_at is None:
         grace = grace_seconds(job)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The image's entrypoint (platform/Dockerfile). `web`, `worker`, `beat` or `watcher` runs that process's line of
+# The image's entrypoint (platform/Dockerfile). `web`, `worker`, `beat`, `watcher` or `scheduler` runs that process's line of
 # platform/Procfile, the same line `make run`'s supervisord starts through this script (platform/supervisord.conf),
 # so the image and a local run cannot drift apart.
 # Anything else runs as given, e.g. `python manage.py migrate --noinput`.
@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 name=${1:-web}
 case "$name" in
-  web|worker|beat|watcher)
+  web|worker|beat|watcher|scheduler)
     if [ "$#" -gt 1 ]; then
       echo "docker-entrypoint: '$name' takes no arguments; change platform/Procfile or run a full command" >&2
       exit 64

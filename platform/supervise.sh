@@ -15,6 +15,8 @@ case "$root" in
   *) root="$PWD/$root" ;;
 esac
 export PORTAL_DATA_ROOT="$root"
+# The scheduler service runs every scheduling cycle; requests only record what changed (jobs/scheduler_service.py).
+export PORTAL_SCHEDULER="${PORTAL_SCHEDULER:-service}"
 export PORTAL_SUPERVISOR_DIR="$root/supervisor" PORTAL_LOG_DIR="$root/logs"
 mkdir -p "$PORTAL_SUPERVISOR_DIR" "$PORTAL_LOG_DIR"
 if [ "${1:-}" = ctl ]; then

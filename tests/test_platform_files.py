@@ -166,10 +166,10 @@ def test_only_the_portals_own_pods_reach_its_datastores_and_anyone_reaches_web()
         validate(policy)
     labels = {
         name: {"app.kubernetes.io/name": "gpu-portal", "app.kubernetes.io/component": name}
-        for name in ("web", "worker", "beat", "watcher", "postgres", "redis")
+        for name in ("web", "worker", "beat", "watcher", "scheduler", "postgres", "redis")
     }
     for store, port in (("postgres", "postgres"), ("redis", "redis")):
-        for process in ("web", "worker", "beat", "watcher"):
+        for process in ("web", "worker", "beat", "watcher", "scheduler"):
             assert admitted(policies, labels[process], labels[store], port), (process, store)
         assert not admitted(policies, None, labels[store], port)  # a job pod, another namespace
         assert not admitted(policies, {"app.kubernetes.io/name": "intruder"}, labels[store], port)

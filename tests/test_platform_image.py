@@ -168,7 +168,7 @@ def test_make_run_supervises_the_procfiles_processes_without_honcho_or_daphne():
     programs = {
         section.split(":", 1)[1]: conf[section] for section in conf.sections() if section.startswith("program:")
     }
-    assert set(programs) == set(procfile()) == {"web", "worker", "beat", "watcher"}
+    assert set(programs) == set(procfile()) == {"web", "worker", "beat", "watcher", "scheduler"}
     for name, program in programs.items():
         # The image's entrypoint runs the Procfile's line: `make run` and the image start the same commands.
         assert program["command"] == f"sh platform/docker-entrypoint.sh {name}"

@@ -149,12 +149,12 @@ def test_it_runs_one_deployment_per_procfile_process(rendered):
             if container in doc["spec"]["template"]["spec"]["containers"]:
                 assert len(container["args"]) == 1, container["args"]
                 processes[container["args"][0]] = doc
-        assert set(processes) == set(procfile()) == {"web", "worker", "beat", "watcher"}
+        assert set(processes) == set(procfile()) == {"web", "worker", "beat", "watcher", "scheduler"}
         beat = processes["beat"]["spec"]
         assert beat["replicas"] == 1 and beat["strategy"] == {"type": "Recreate"}
         migrate = beat["template"]["spec"]["initContainers"]
         assert [c["args"] for c in migrate] == [["python", "manage.py", "migrate", "--noinput"]]
-        for process in ("web", "worker", "watcher"):
+        for process in ("web", "worker", "watcher", "scheduler"):
             (wait,) = processes[process]["spec"]["template"]["spec"]["initContainers"]
             assert "manage.py migrate --check" in wait["args"][-1]
 
@@ -252,7 +252,7 @@ def test_worker_beat_and_watcher_each_prove_their_own_liveness(rendered, variant
     from django.conf import settings
 
     containers = {c["name"]: c for d, c in portal_containers(rendered[variant])}
-    for name in ("worker", "beat", "watcher"):
+    for name in ("worker", "beat", "watcher", "scheduler"):
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             command = containers[name][probe]["exec"]["command"]
             assert command[:5] == ["python", "manage.py", "heartbeat", "--check", name], (name, probe, command)

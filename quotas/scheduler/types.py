@@ -81,6 +81,9 @@ class RunningJob:
     # It saves a checkpoint this often (seconds from its start), as the job declares; None: unknown,
     # so everything it did in this run is lost if it is preempted.
     checkpoint_every: float | None = None
+    # When it likely gives its GPUs back, from how long jobs like it ran (jobs.runtimes); None: at ``deadline``.
+    # Only estimates read it ("likely 14:20"); decisions keep the deadline, the latest it can hold them.
+    expected_end: float | None = None
 
     def service(self, now: float) -> float:
         """GPU-seconds of service so far, this run included."""
@@ -107,6 +110,9 @@ class PendingJob:
     # takes the GPUs being freed for it (which would start the evictions over and over).
     nominated: bool = False
     attained: float = 0.0  # GPU-seconds of service in earlier runs (it was preempted)
+    # How long it likely runs, from how long jobs like it ran (jobs.runtimes); None: ``max_runtime``. Only
+    # estimates read it, like RunningJob.expected_end.
+    expected_runtime: float | None = None
 
     @property
     def gpus(self) -> float:

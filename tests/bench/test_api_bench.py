@@ -69,3 +69,26 @@ def _drop(url: str) -> None:
     parts = urlsplit(url)
     with psycopg.connect(urlunsplit(parts._replace(scheme="postgresql", path="/postgres")), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
+
+
+@pytest.mark.timeout(300)
+def test_it_compares_servers_and_their_websockets_on_one_database(tmp_path, monkeypatch):
+    url = _server_url()
+    if url is None:
+        pytest.skip("bench.api needs PostgreSQL (DATABASE_URL, or 127.0.0.1:5432)")
+    monkeypatch.setenv("DATABASE_URL", url)
+    out = tmp_path / "compare.json"
+    argv = ["--compare", "uvicorn,uvicorn-workers:2", "--rounds", "1", "--duration", "1.5", "--jobs", "100"]
+    try:
+        report = api.main([*argv, "--concurrency", "1", "--json", str(out)])
+    finally:
+        _drop(url)
+    assert json.loads(out.read_text()) == report
+    assert set(report["compare"]) == {"uvicorn", "uvicorn-workers:2"} and report["baseline"] == "uvicorn"
+    assert [(r["server"], r["round"]) for r in report["rounds"]] == [("uvicorn", 1), ("uvicorn-workers:2", 1)]
+    for run in report["rounds"]:
+        # Each socket heard a message sent from another process: the channel layer crosses processes.
+        assert run["websockets_heard"] == f"{api.WEBSOCKETS}/{api.WEBSOCKETS}"
+        assert len(run["worker_cpu_s"]) == run["workers"]
+        assert run["bare_requests"] > 0 and run["submit_requests"] > 0 and run["list_requests"] > 0
+    assert report["compare"]["uvicorn"]["bare_vs_baseline"] == 1.0
