@@ -27,6 +27,9 @@ from quotas.scheduler.types import Decisions, PendingJob, RunningJob, Snapshot
 
 ESTIMATED_PER_POOL = 200  # enough for any queue a person reads; keeps big cycles fast
 QUOTA_REASONS = ("quota_exhausted", "borrowing_limit")  # waits for its own department's GPUs, not the pool's
+# Waits for them too: behind its department's head, it starts no earlier than that department's quota lets it in
+# (the pool may have room that the estimate on GPU counts would otherwise hand it "now").
+FLOORED_REASONS = (*QUOTA_REASONS, "lower_in_queue")
 
 
 class Releases:
@@ -235,8 +238,9 @@ class QuotaFloor:
 
     def not_before(self, job: PendingJob, reason: str, estimate: float | None) -> float | None:
         """The estimate, but not before the job's department's quota lets it in; None when it never does (as far
-        as the running jobs' ends are known). Only for jobs waiting on their quota (QUOTA_REASONS)."""
-        if estimate is None or reason not in QUOTA_REASONS:
+        as the running jobs' ends are known). Only for jobs waiting on their quota or behind their department's
+        head (FLOORED_REASONS); where the quota has room now the floor is now."""
+        if estimate is None or reason not in FLOORED_REASONS:
             return estimate
         quota = self.quotas.get((job.pool_id, job.department))
         if quota is None:
