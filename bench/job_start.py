@@ -79,7 +79,7 @@ def main() -> None:
         ):
             processes.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=logs, stderr=subprocess.STDOUT))
         api = Api(f"http://127.0.0.1:{port}")
-        api.wait_up()
+        api.wait_up(path="/healthz/ready")  # no watcher runs here, so /healthz itself stays 503
         api.token = api.post("/api/v1/auth/token/", {"username": "alice", "password": "bench-password-1"})["token"]
         repo = _repo(data_root / "repos" / "bench")  # where the portal lets jobs clone from its own disk
         results, warm = {}, {}
@@ -187,7 +187,7 @@ class Api:
 
 
 ISOLATION = (
-    "from quotas.models import Cluster; c = Cluster.objects.get(name='local'); "
+    "from clusters.models import Cluster; c = Cluster.objects.get(name='local'); "
     "c.settings = {{**c.settings, 'isolation': '{isolation}'}}; c.save()"
 )
 

@@ -53,6 +53,12 @@ def schedule(snapshot: Snapshot, *, now: float) -> Decisions:
 
 class _Cycle(RoomMaker):
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self._unbook()  # rooms booked for jobs that evicted are held within one cycle only
+
+    def _run(self) -> None:
         # Guaranteed ones first: GPUs freed for a borrower must not keep a guaranteed job waiting (they would
         # evict each other's department in turn, for ever).
         within = self.ledger.within_nominal
@@ -156,13 +162,20 @@ class _Cycle(RoomMaker):
         head, shadow, at_shadow = self.heads[job.department]
         mode = self.snapshot.fifo.get(job.department)
         within = self.ledger.within_nominal
+        booked = head.job_id in self.booked_ids
+        head_gpus = 0.0 if booked else head.gpus  # a booked head's GPUs are in the ledger already
         if (
             mode != STRICT_FIFO
             and within(job.department, job.gpus)
-            and (within(job.department, job.gpus + head.gpus) or not within(head.department, head.gpus))
+            and (
+                within(job.department, job.gpus + head_gpus)
+                or not within(head.department, head_gpus)
+                or not (booked or self.head_reasons[job.department] == "preemption_in_progress")
+            )
         ):
-            # Guaranteed, and the head is not (or both are, together): it does not wait behind the head,
-            # and may reclaim like a head.
+            # Guaranteed, and the head is not (or both are, together; or no room is being made for the head, which
+            # then cannot start before something ends): it does not wait behind the head, and may reclaim like a
+            # head.
             self._try(job, head=False)
             return
         # While GPUs are being freed for the head, nothing of its department may take them.

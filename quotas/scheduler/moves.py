@@ -14,11 +14,14 @@ starts again in the next cycle), a borrowed one is reclaimed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.placement import Occupancy
 from quotas.scheduler.types import PendingJob, RunningJob
 
 NODES_TRIED = 8  # candidate node sets per waiting job and cycle
+EXTRA_RECLAIMS = 8  # borrowers' workloads one plan may reclaim to make room for the workloads it moves
 
 
 def find_moves(
@@ -27,10 +30,13 @@ def find_moves(
     occupancy: Occupancy,
     on_node: dict[str, list[RunningJob]],
     movable: set[int],
+    evictable: Sequence[RunningJob] = (),
 ) -> list[tuple[RunningJob, str]] | None:
     """(victim, "reclaim" | "move") pairs that let ``job`` in with every guaranteed victim placed again, or None.
 
-    ``on_node``: node -> the workloads holding GPUs there; ``movable``: ids of those that may be evicted.
+    ``on_node``: node -> the workloads holding GPUs there; ``movable``: ids of those that may be evicted;
+    ``evictable``: those workloads in eviction order, where a moved one that fits nowhere may have room reclaimed
+    for it from departments that borrow (EXTRA_RECLAIMS at most).
     """
     if job.gpus_per_worker < 1 or not ledger.within_nominal(job.department, job.gpus):
         return None
@@ -59,20 +65,28 @@ def find_moves(
         chosen: dict[int, RunningJob] = {}
         for _, _, victims in options[start : start + max(1, nodes_needed)]:
             chosen.update((v.job_id, v) for v in victims)
-        plan = _feasible(job, ledger, occupancy, list(chosen.values()))
+        plan = _feasible(job, ledger, occupancy, list(chosen.values()), evictable)
         if plan is not None:
             return plan
     return None
 
 
 def _feasible(
-    job: PendingJob, ledger: Ledger, occupancy: Occupancy, victims: list[RunningJob]
+    job: PendingJob,
+    ledger: Ledger,
+    occupancy: Occupancy,
+    victims: list[RunningJob],
+    evictable: Sequence[RunningJob] = (),
 ) -> list[tuple[RunningJob, str]] | None:
-    """The plan if ``job`` fits once ``victims`` stop and every guaranteed victim is placed again; state restored."""
+    """The plan if ``job`` fits once ``victims`` stop and every guaranteed victim is placed again (on room reclaimed
+    from borrowers if need be); state restored."""
+    victims = list(victims)
+    gone = {id(victim) for victim in victims}  # by identity: comparing frozen dataclasses is slow
     for victim in victims:
         occupancy.release(victim.slots)
         ledger.remove(victim.department, victim.gpus)
     placed, taken = [], []  # what to undo: slots placed, (department, GPUs) added
+    extra: list[RunningJob] = []  # borrowers reclaimed to make room for a moved victim
     try:
         slots = occupancy.place(job.workers, job.gpus_per_worker)
         if slots is None or ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
@@ -87,6 +101,22 @@ def _feasible(
                 continue
             workers = len(victim.slots)
             again = occupancy.place(workers, victim.gpus / workers)
+            candidates = (
+                r
+                for r in evictable
+                if r.department != victim.department and ledger.borrowed(r.department) > 1e-9 and id(r) not in gone
+            )
+            while again is None and len(extra) < EXTRA_RECLAIMS:
+                borrower = next(candidates, None)
+                if borrower is None or ledger.borrowed(borrower.department) <= 1e-9:
+                    break
+                occupancy.release(borrower.slots)
+                ledger.remove(borrower.department, borrower.gpus)
+                victims.append(borrower)  # given back with the others at the end
+                gone.add(id(borrower))
+                extra.append(borrower)
+                plan.append((borrower, "reclaim"))
+                again = occupancy.place(workers, victim.gpus / workers)
             if again is None:
                 return None
             placed.append(again)

@@ -13,7 +13,7 @@ from collections import defaultdict
 from quotas.scheduler.moves import find_moves
 from quotas.scheduler.preemption import find_victims
 from quotas.scheduler.state import CycleState
-from quotas.scheduler.types import PendingJob, Preemption, RunningJob
+from quotas.scheduler.types import PendingJob, Preemption, RunningJob, Slot
 
 
 class RoomMaker(CycleState):
@@ -21,9 +21,12 @@ class RoomMaker(CycleState):
 
     def _make_room(self, job: PendingJob, reason: str, message: str) -> tuple[str, str]:
         if self.stopping and self._fits_once_stopped(job):
-            # Not booked: several jobs may count on the same GPUs; the next cycle gives them to the first in
-            # line (nominated, guaranteed first) and the others make room then. Booking them here made later
-            # jobs evict more at once, and the ITP replay had more guarantee violations (75 against 20).
+            # Booked only for a job whose own evictions these are (nominated): several others may count on the
+            # same GPUs; the next cycle gives them to the first in line (nominated, guaranteed first) and the others
+            # make room then. Booking for every such job made later jobs evict more at once, and the ITP replay had
+            # more guarantee violations (75 against 20).
+            if job.nominated:
+                self._book(job)
             ids = ", ".join(f"#{r.job_id}" for r in self.stopping)
             return "preemption_in_progress", f"Waiting for {ids} to stop (grace period); then it starts. {message}"
         victims = None
@@ -41,14 +44,51 @@ class RoomMaker(CycleState):
             # Guaranteed, and enough GPUs are free or borrowed, but scattered over nodes that hold others'
             # guaranteed work: clear some nodes, moving what is guaranteed elsewhere.
             self.moves_left -= 1
-            victims = find_moves(job, self.ledger, self.occupancy, self._on_node(), {r.job_id for r in self.evictable})
+            victims = find_moves(
+                job, self.ledger, self.occupancy, self._on_node(), {r.job_id for r in self.evictable}, self.evictable
+            )
         if not victims:
             return reason, message
         names = []
         for victim, why in victims:
             self._evict(victim, why, job)
             names.append(f"#{victim.job_id} ({victim.department}, {why})")
+        self._book(job)
         return "preemption_in_progress", f"Preempting {', '.join(names)} to make room; it starts when they stop."
+
+    def _book(self, job: PendingJob) -> None:
+        """Hold the room ``job`` evicted for (or waits for) until the end of this cycle, so that no later job of the
+        cycle takes it: its quota in the ledger, and, where it will run once the stopping jobs are gone, the GPUs
+        that are free now. Without this, a job of its own department admitted in the same cycle took the free part
+        of that room, the next cycle evicted that job for it again, and so on for ever (a livelock the guarantee
+        never got out of). Given back at the end of the cycle (``_unbook``): the next cycle admits the job first, as
+        a nominated one, or books again."""
+        if not self._fits_once_stopped(job):
+            return
+        assert self.after_stop is not None and self.after_stop_ledger is not None  # made by _fits_once_stopped
+        slots = self.after_stop.place(job.workers, job.gpus_per_worker)
+        if slots is None:
+            return
+        self.after_stop_ledger.add(job.department, job.gpus, fixed=not job.preemptible)
+        self.ledger.add(job.department, job.gpus, fixed=not job.preemptible)
+        held = []
+        for slot in slots:
+            if slot.fraction:
+                continue  # a share of a GPU others hold too: not worth holding
+            free = tuple(gpu for gpu in slot.gpus if gpu in self.occupancy.whole_free[slot.node])
+            if free:
+                held.append(Slot(worker=slot.worker, node=slot.node, gpus=free))
+        self.occupancy.retake(held)
+        self.booked.append((job, held))
+        self.booked_ids.add(job.job_id)
+
+    def _unbook(self) -> None:
+        """Give back the GPUs ``_book`` held (the ledgers and after_stop are the cycle's own; the occupancy may be
+        an incremental scheduler's, kept between cycles)."""
+        for _, held in reversed(self.booked):
+            self.occupancy.release(held)
+        self.booked.clear()
+        self.booked_ids.clear()
 
     def _on_node(self) -> dict[str, list[RunningJob]]:
         """node -> the running (not stopping) workloads with a worker there; made once, kept up to date."""
@@ -113,8 +153,8 @@ class RoomMaker(CycleState):
             return False
         if self.after_stop_ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
             return False
-        # the same shape asked again with nothing admitted or evicted meanwhile gets the same answer
-        key = (job.workers, job.gpus_per_worker, len(self.decisions.admissions), len(self.stopping))
+        # the same shape asked again with nothing admitted, evicted or booked meanwhile gets the same answer
+        key = (job.workers, job.gpus_per_worker, len(self.decisions.admissions), len(self.stopping), len(self.booked))
         if key not in self._once_stopped:
             self._once_stopped[key] = self.after_stop.fits(job.workers, job.gpus_per_worker)
         return self._once_stopped[key]

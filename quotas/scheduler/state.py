@@ -16,7 +16,7 @@ from typing import Any
 from quotas.scheduler.eta import Releases
 from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.placement import Occupancy, policy_for
-from quotas.scheduler.types import Decisions, PendingJob, PoolState, RunningJob, ServicePolicy, Snapshot
+from quotas.scheduler.types import Decisions, PendingJob, PoolState, RunningJob, ServicePolicy, Slot, Snapshot
 
 EVICTION_SEARCHES_PER_CYCLE = 64
 MOVE_SEARCHES_PER_CYCLE = 8  # a move search looks at every node
@@ -86,6 +86,9 @@ class CycleState:
         self._borrowers_at = -1
         self._borrowers_cache: list[tuple[str, float]] = []
         self._once_stopped: dict[tuple[Any, ...], bool] = {}
+        # (job, GPUs held for it) of the jobs whose room is booked in this cycle (quotas.scheduler.room._book)
+        self.booked: list[tuple[PendingJob, list[Slot]]] = []
+        self.booked_ids: set[int] = set()
         self.on_node: dict[str, list[RunningJob]] | None = None
         # Eviction searches are the costly part of a cycle: this many per cycle, the rest try next cycle.
         self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE

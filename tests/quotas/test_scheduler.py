@@ -133,9 +133,22 @@ def test_best_effort_fifo_backfills_only_what_does_not_delay_the_head():
     assert admitted(short) == [2]  # ends before the head can start anyway
     beside = cycle([pending(1, gpus=6), pending(2, gpus=2, runtime=7200)], busy, quotas=quotas)
     assert admitted(beside) == [2]  # runs on GPUs the head will not need when it starts
-    long = cycle([pending(1, gpus=6), pending(2, gpus=3, runtime=7200)], busy, quotas=quotas)
+    # Both borrow (vision's nominal is 2; cv lends its idle 6): the long one would hold GPUs the head needs then.
+    borrowing = (quota("vision", 2), quota("nlp", 0), quota("cv", 6))
+    long = cycle([pending(1, gpus=6), pending(2, gpus=3, runtime=7200)], busy, quotas=borrowing)
     assert admitted(long) == [] and reasons(long)[2] == "lower_in_queue"
     assert "would delay that job" in long.waiting[1].message
+
+
+def test_a_guaranteed_job_does_not_wait_behind_a_guaranteed_head_nothing_is_being_freed_for():
+    # The head is within vision's nominal but cannot start for an hour (nlp's job cannot be preempted) and no room
+    # is being made for it; #2 is within the nominal too. The quota's promise to #2 (start within minutes) wins
+    # over backfilling's to the head, which a running #2 then no longer has (6 more would exceed the nominal).
+    busy = [running(10, "nlp", [[0, 1, 2, 3]], preemptible=False, deadline=NOW + 3600)]
+    d = cycle(
+        [pending(1, gpus=6), pending(2, gpus=3, runtime=7200)], busy, quotas=(quota("vision", 8), quota("nlp", 0))
+    )
+    assert admitted(d) == [2] and reasons(d) == {1: "no_capacity"}
 
 
 def test_it_estimates_when_waiting_jobs_start_from_runtime_limits():
