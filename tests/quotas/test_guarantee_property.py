@@ -14,7 +14,7 @@ That exception is the one a quota cannot promise away: non-preemptible jobs of 1
 times can leave every node partly held, and an 8-GPU job entitled by the numbers then has no node until they end.
 """
 
-from collections import Counter
+from collections import defaultdict
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -132,7 +132,7 @@ class Moment:
         return False
 
     def entitled_but_waiting(self) -> list[PendingJob]:
-        usage: Counter[str] = Counter()
+        usage: dict[str, float] = defaultdict(float)
         for run in self.running.values():
             usage[run.department] += run.gpus
         return [
