@@ -167,15 +167,11 @@ class _Cycle(RoomMaker):
         if (
             mode != STRICT_FIFO
             and within(job.department, job.gpus)
-            and (
-                within(job.department, job.gpus + head_gpus)
-                or not within(head.department, head_gpus)
-                or not (booked or self.head_reasons[job.department] == "preemption_in_progress")
-            )
+            and (within(job.department, job.gpus + head_gpus) or not within(head.department, head_gpus) or not booked)
         ):
-            # Guaranteed, and the head is not (or both are, together; or no room is being made for the head, which
-            # then cannot start before something ends): it does not wait behind the head, and may reclaim like a
-            # head.
+            # Guaranteed, and the head is not (or both are, together; or no room is booked for the head: it found
+            # none, or only counts on GPUs that stopping jobs free for whoever is first next cycle): it does not
+            # wait behind the head, and may reclaim like a head.
             self._try(job, head=False)
             return
         # While GPUs are being freed for the head, nothing of its department may take them.

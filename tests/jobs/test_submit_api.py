@@ -231,8 +231,8 @@ def test_it_queues_what_does_not_fit_and_says_why(world):
     assert (waiting["pending_reason"], waiting["queue_position"]) == ("preemption_in_progress", 2)
     assert waiting["status_message"] == (
         f"Waiting for #{big['id']} to stop (grace period); then it starts. vision uses 8/4 local/sim GPUs (4 borrowed); "
-        "this job needs 2 more and only 0 idle GPUs can be borrowed."
-    )
+        "this job needs 2 more and only 0 idle GPUs can be borrowed (others use or keep: nlp 1)."
+    )  # nlp's 1: the GPU booked for the guaranteed job until it starts
     usage = world.api(world.alice).get("/api/v1/departments/vision/").json()["usage"][0]
     assert (usage["in_use"], usage["borrowed"], usage["pending"]) == (8.0, 4.0, 2.0)
     pools = world.api(world.alice).get("/api/v1/clusters/").json()["results"][0]["pools"]
