@@ -31,7 +31,8 @@ def roles(user) -> dict[int, str]:
         return {}
     cached = getattr(user, _CACHE_ATTR, None)
     if cached is None:
-        cached = dict(Membership.objects.filter(user=user).values_list("department_id", "role"))
+        # order_by(): a dict needs no order, and Membership's default one joins departments and users.
+        cached = dict(Membership.objects.filter(user=user).order_by().values_list("department_id", "role"))
         setattr(user, _CACHE_ATTR, cached)
     return cached
 

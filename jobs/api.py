@@ -9,6 +9,7 @@ from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import cached_property
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, serializers, status
@@ -139,6 +140,90 @@ class JobOutputSerializer(serializers.ModelSerializer):
     def get_logs_url(self, job) -> str:
         return reverse("api-job-logs", args=[job.pk])
 
+    @cached_property
+    def _jobs_url(self) -> str:
+        """/api/v1/jobs/, under which each job's events and logs are (jobs/urls.py): reversed once per answer,
+        as a list's jobs share one serializer (a reverse() per job and URL cost a page 100)."""
+        return reverse("api-jobs")
+
+    def to_representation(self, job) -> dict:
+        """What the fields above give (the same keys, order and values; tests/jobs/test_api_representation.py
+        compares the two), written out: a page of 50 jobs through DRF's field machinery cost more than its
+        queries (bench/api.py --profile). The declared fields still describe the answer to the schema."""
+        now = timezone.now()
+        return {
+            "id": job.pk,
+            "name": str(job.name),
+            "department": str(job.department.slug),
+            "cluster": str(job.cluster.name),
+            "code_url": str(job.code_url),
+            "code_ref": str(job.code_ref),
+            "commit": str(job.commit),
+            "command": str(job.command),
+            "image": str(job.image.name),
+            "requirements": [_str_or_none(item) for item in job.requirements],
+            "workers": int(job.workers),
+            "gpus_per_worker": float(job.gpus_per_worker),
+            "gpu_type": str(job.pool.gpu_type),
+            "priority": str(job.priority.name),
+            "mounts": [_mount(mount) for mount in job.mounts],
+            "env": {str(key): _str_or_none(value) for key, value in job.env.items()},
+            "tensorboard": bool(job.tensorboard),
+            "max_runtime_seconds": _int_or_none(job.max_runtime_seconds),
+            "status": str(job.status),
+            "pending_reason": str(job.pending_reason),
+            "status_message": str(job.status_message),
+            "queue_position": _int_or_none(job.queue_position),
+            "submitted_by": str(job.submitted_by.username),
+            "created_at": _datetime(job.created_at),
+            "admitted_at": _datetime(job.admitted_at),
+            "started_at": _datetime(job.started_at),
+            "finished_at": _datetime(job.finished_at),
+            "exit_code": _int_or_none(job.exit_code),
+            "placement": [_placement(worker) for worker in job.placement],
+            "gpu_seconds": float(job.gpu_seconds),
+            "tensorboard_url": self.get_tensorboard_url(job),
+            "events_url": f"{self._jobs_url}{job.pk}/events/",
+            "logs_url": f"{self._jobs_url}{job.pk}/logs/",
+            "estimated_start": _datetime(job.estimated_start and max(job.estimated_start, now)),
+            "latest_start": _datetime(job.latest_start and max(job.latest_start, now)),
+            "preemptions": int(job.preemptions),
+            "lost_gpu_seconds": float(job.lost_gpu_seconds),
+            "files_removed_at": _datetime(job.files_removed_at),
+        }
+
+
+# JobOutputSerializer.to_representation's values as DRF's fields give them (times in the active time zone, "Z" for UTC).
+_datetime = serializers.DateTimeField().to_representation
+_boolean = serializers.BooleanField().to_representation
+
+
+def _str_or_none(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def _int_or_none(value) -> int | None:
+    return None if value is None else int(value)
+
+
+def _mount(mount: dict) -> dict:
+    read_only = mount.get("read_only", False)
+    return {
+        "storage": _str_or_none(mount["storage"]),
+        "path": _str_or_none(mount["path"]),
+        "read_only": None if read_only is None else _boolean(read_only),
+    }
+
+
+def _placement(worker: dict) -> dict:
+    gpus, fraction = worker["gpus"], worker.get("gpu_fraction")
+    return {
+        "worker": _int_or_none(worker["worker"]),
+        "node": _str_or_none(worker["node"]),
+        "gpus": None if gpus is None else [_int_or_none(gpu) for gpu in gpus],
+        "gpu_fraction": None if fraction is None else float(fraction),
+    }
+
 
 def _visible_job(request, job_id) -> Job:
     return visible_or_404(
@@ -146,12 +231,22 @@ def _visible_job(request, job_id) -> Job:
     )
 
 
+# What JobOutputSerializer reads of a job and of its related rows (their names): a page of the list loads no
+# other column (the user's password, a cluster's settings ...).
+JOB_OUTPUT_COLUMNS = (
+    "name code_url code_ref commit command requirements workers gpus_per_worker mounts env tensorboard "
+    "max_runtime_seconds status pending_reason status_message queue_position created_at admitted_at started_at "
+    "finished_at exit_code placement gpu_seconds estimated_start latest_start preemptions lost_gpu_seconds "
+    "files_removed_at department__slug cluster__name image__name pool__gpu_type priority__name"
+).split()  # and the submitter's username: jobs.selectors.jobs_page_for
+
+
 class JobListApi(generics.ListAPIView):
     serializer_class = JobOutputSerializer
     filterset_class = JobFilter  # narrows the caller's jobs; DjangoFilterBackend is the default backend
 
     def get_queryset(self):
-        return selectors.jobs_for(user=self.request.user)
+        return selectors.jobs_page_for(user=self.request.user, columns=JOB_OUTPUT_COLUMNS)
 
     @extend_schema(
         request=JobInputSerializer,

@@ -99,7 +99,12 @@ def _send(groups: list[str], payload: dict, what: str) -> None:
     if layer is None:
         return
     try:
-        for group in groups:
-            async_to_sync(layer.group_send)(group, {"type": MESSAGE_TYPE, "payload": payload})
+        async_to_sync(_send_to_groups)(layer, groups, {"type": MESSAGE_TYPE, "payload": payload})
     except Exception as exc:  # noqa: BLE001 - a push is best effort; pages poll as well
         log.warning("live update %s not pushed: %s", what, exc)
+
+
+async def _send_to_groups(layer, groups: list[str], message: dict) -> None:
+    """Every group in one trip to the event loop (each async_to_sync is one: a job's update goes to two groups)."""
+    for group in groups:
+        await layer.group_send(group, message)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Case, F, FloatField, Func, IntegerField, Q, QuerySet, Value, When
+from django.contrib.auth import get_user_model
+from django.db.models import Case, F, FloatField, Func, IntegerField, Prefetch, Q, QuerySet, Value, When
 from django.db.models.functions import Coalesce
 
 from accounts import permissions
@@ -29,6 +31,20 @@ def jobs_for(
     if search:
         jobs = jobs.filter(Q(name__icontains=search) | Q(command__icontains=search) | Q(code_url__icontains=search))
     return jobs
+
+
+def jobs_page_for(*, user, columns: Sequence[str]) -> QuerySet[Job]:
+    """jobs_for(), for a page that reads only ``columns`` of each job and its related rows (the API's list), with
+    the submitters fetched apart: by primary key, in a query of their own. Seven tables joined take PostgreSQL
+    longer to plan (6-10 ms, bench/api.py) than the page takes to run; six, about 1.5 ms."""
+    users = get_user_model().objects.only("username")
+    return (
+        jobs_for(user=user)
+        .select_related(None)
+        .select_related("department", "cluster", "pool", "image", "priority")
+        .only(*columns, "submitted_by")
+        .prefetch_related(Prefetch("submitted_by", queryset=users))
+    )
 
 
 class EpochSeconds(Func):

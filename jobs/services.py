@@ -42,13 +42,17 @@ def job_submit(*, user, data: dict, type_errors: dict | None = None, idempotency
                 status_message=WAITING_FOR_SCHEDULER,
             )
             job_created_event(job=job, message=f"Submitted by {user.username}.")
+            if settings.PORTAL_SCHEDULER != "inline":
+                # The scheduler service's request, in the job's own transaction (one commit, not three): its
+                # NOTIFY leaves at commit, when the job is there to be seen.
+                admission.request_cycle("submitted")
     except IntegrityError:
         # A concurrent request with the same Idempotency-Key won the race.
         if idempotency_key:
             return Job.objects.get(submitted_by=user, idempotency_key=idempotency_key), False
         raise
-    admission.request_cycle("submitted")
     if settings.PORTAL_SCHEDULER == "inline":
+        admission.request_cycle("submitted")  # the cycle runs here and now, once the job is committed
         # What the cycle decided. Only the job's own columns: a cycle never changes its department, pool, image ...,
         # and refreshing those would drop the objects we hold and cost the API answer six more queries.
         job.refresh_from_db(fields=SCHEDULED_FIELDS)

@@ -25,7 +25,7 @@ from core.requirements import pip_requirements
 from images.models import FrameworkImage
 from jobs.executors.job_env import PORTAL_SET_ENV
 from quotas import selectors as quota_selectors
-from quotas.models import PriorityClass, Quota
+from quotas.models import PriorityClass
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # What the portal sets in every job (jobs/executors/job_env.py), and PATH and VIRTUAL_ENV of its environment.
@@ -87,8 +87,10 @@ def check_submission(*, user, data: dict, type_errors: dict | None = None, clust
     if data.get("department") is not None:
         department = account_selectors.department_for_input(user=user, slug=data["department"], errors=errors)
 
-    cluster = _cluster(data, department, fail, cluster_health) if "cluster" not in skip else None
-    pool = _pool(data, department, cluster, fail) if cluster and department and "gpu_type" not in skip else None
+    # The department's quotas, read once: its default cluster and the pools it may use there.
+    quotas = quota_selectors.department_quotas(department=department) if department and "cluster" not in skip else []
+    cluster = _cluster(data, department, quotas, fail, cluster_health) if "cluster" not in skip else None
+    pool = _pool(data, department, cluster, quotas, fail) if cluster and department and "gpu_type" not in skip else None
     if data.get("code_url") is not None:
         _code(data, cluster, fail)
 
@@ -109,6 +111,7 @@ def check_submission(*, user, data: dict, type_errors: dict | None = None, clust
             fail("image", f"No image called {data['image']!r} in the catalogue; choose one of: {choices}.")
         elif (
             cluster is not None
+            and cluster.backend != Cluster.Backend.LOCAL  # there images_on_cluster is images_of: it was found
             and not FrameworkImage.objects.filter(images_on_cluster(department, cluster), pk=image.pk).exists()
         ):
             built_on = ", ".join(sorted(set(image.builds.values_list("cluster__name", flat=True))))
@@ -190,7 +193,7 @@ def images_on_cluster(department: Department, cluster: Cluster) -> Q:
     return Q(official=True) | (Q(department=department) & ~Q(pk__in=built_elsewhere.values("pk")))
 
 
-def _cluster(data, department, fail, check_health=True):
+def _cluster(data, department, quotas, fail, check_health=True):
     if data.get("cluster"):
         cluster = Cluster.objects.filter(name=data["cluster"]).first()
         if cluster is None:
@@ -202,7 +205,7 @@ def _cluster(data, department, fail, check_health=True):
         return cluster
     if department is None:
         return None
-    cluster = quota_selectors.default_cluster(department=department)
+    cluster = quota_selectors.default_cluster(department=department, quotas=quotas)
     if cluster is None:
         fail("cluster", f"Department {department.slug} has no GPU quota on any cluster; ask a platform admin for one.")
         return None
@@ -216,12 +219,8 @@ def _cluster(data, department, fail, check_health=True):
     return cluster
 
 
-def _pool(data, department, cluster, fail):
-    quotas = (
-        Quota.objects.filter(department=department, pool__cluster=cluster)
-        .select_related("pool")
-        .order_by("pool__gpu_type")
-    )
+def _pool(data, department, cluster, department_quotas, fail):
+    quotas = [quota for quota in department_quotas if quota.pool.cluster_id == cluster.pk]  # by GPU type
     types = [quota.pool.gpu_type for quota in quotas]
     if not types:
         fail("cluster", f"Department {department.slug} has no GPU quota on cluster {cluster.name}.")
@@ -283,6 +282,8 @@ def _gpus(gpus, workers, pool, fail):
 
 
 def _mounts(items, department, fail):
+    if not items:
+        return []
     if len(items) > MAX_MOUNTS:
         fail("mounts", f"Mount at most {MAX_MOUNTS} storage volumes.")
         return []

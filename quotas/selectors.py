@@ -14,16 +14,28 @@ from clusters.models import Cluster
 from quotas.models import PriorityClass, Quota, QuotaLoan
 
 
-def default_cluster(*, department) -> Cluster | None:
+def department_quotas(*, department) -> list[Quota]:
+    """The department's quotas with their pools and clusters: by cluster (oldest first), then by GPU type."""
+    return list(_department_quotas(department))
+
+
+def default_cluster(*, department, quotas: list[Quota] | None = None) -> Cluster | None:
     """The department's default cluster, for jobs and deployments that name none: the oldest cluster it has
-    quota on (a newly added cluster does not silently become everybody's default); None without quota."""
-    quota = (
+    quota on (a newly added cluster does not silently become everybody's default); None without quota.
+    ``quotas``: the department's department_quotas(), where the caller has them already (no query then)."""
+    if quotas is None:
+        quota = _department_quotas(department).first()
+    else:
+        quota = quotas[0] if quotas else None
+    return quota.pool.cluster if quota is not None else None
+
+
+def _department_quotas(department) -> QuerySet[Quota]:
+    return (
         Quota.objects.filter(department=department)
         .select_related("pool__cluster")
         .order_by("pool__cluster_id", "pool__gpu_type")
-        .first()
     )
-    return quota.pool.cluster if quota is not None else None
 
 
 def priority_classes() -> QuerySet[PriorityClass]:
