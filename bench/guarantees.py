@@ -6,7 +6,11 @@ a share of delivered GPU time. The goal (issue 18) is 0 violations in every conf
 one (01-05 pooled at 832 GPUs).
 
     python -m bench.guarantees [--sizes 384,512,640,832,1024] [--seeds 1,2,3]
-                               [--combos all|singles|pooled|01+02,03] [--jobs-per-core N] --json OUT
+                               [--combos all|singles|pooled|01+02,03] [--jobs-per-core N]
+                               [--settle changes|preemptions] --json OUT
+
+Each replay settles a moment on any change (bench.replay --settle changes), as the scheduler service cycles at
+least every 5 s; --settle preemptions gives bench.replay's default.
 
 Runs in one process by default (the machine is shared); --jobs-per-core N uses N worker processes.
 """
@@ -39,10 +43,11 @@ def combos(spec: str, names: list[str]) -> list[tuple[str, ...]]:
     return [tuple(part.split("+")) for part in spec.split(",") if part]
 
 
-def run_one(config: tuple[tuple[str, ...], int, int, str]) -> dict:
-    clusters, gpus, seed, directory = config
+def run_one(config: tuple[tuple[str, ...], int, int, str, str]) -> dict:
+    clusters, gpus, seed, directory, settle = config
     inputs = [str(Path(directory) / f"cluster{c}.csv") for c in clusters]
     argv = ["--trace", "itp", "--input", *inputs, "--gpus", str(gpus), "--policy", "portal", "--seed", str(seed)]
+    argv += ["--settle", settle]
     with contextlib.redirect_stdout(io.StringIO()):
         report = replay.main(argv)
     reasons: Counter[str] = Counter()
@@ -61,6 +66,9 @@ def run_one(config: tuple[tuple[str, ...], int, int, str]) -> dict:
         "violations_by_size_and_reason": report["violations_by_size_and_reason"],
         "violations_by_reason": dict(reasons),
         "wasted_pct": round(100 * report["wasted_gpu_seconds"] / max(util_gpu_s, 1e-9), 2),
+        "preemptions": report["preemptions"],
+        "never_started": report["never_started"],
+        "scheduler_cpu_seconds": report["scheduler_cpu_seconds"],
     }
 
 
@@ -88,11 +96,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--combos", default="all", help="all | singles | pooled | explicit, e.g. 01+02,03")
     parser.add_argument("--jobs-per-core", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--settle", choices=["changes", "preemptions"], default="changes")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     names = [c for c in args.clusters.split(",") if c]
     configs = [
-        (combo, int(size), int(seed), str(args.dir))
+        (combo, int(size), int(seed), str(args.dir), args.settle)
         for combo in combos(args.combos, names)
         for size in args.sizes.split(",")
         for seed in args.seeds.split(",")

@@ -22,6 +22,7 @@ from quotas.scheduler.types import PendingJob, RunningJob
 
 NODES_TRIED = 8  # candidate node sets per waiting job and cycle
 EXTRA_RECLAIMS = 8  # borrowers' workloads one plan may reclaim to make room for the workloads it moves
+MOVE_DEPTH = 2  # smaller work moved aside for a moved workload, and aside again for that (_make_way)
 
 
 def find_moves(
@@ -41,7 +42,12 @@ def find_moves(
     if job.gpus_per_worker < 1 or not ledger.within_nominal(job.department, job.gpus):
         return None
     need = int(job.gpus_per_worker)
-    options = []  # (GPUs to evict, node, victims) for nodes that can be cleared enough
+    # The most whole GPUs free on one node: a guaranteed victim's worker needing more can go nowhere (unless
+    # borrowers are reclaimed for it), so nodes held by such workers are tried last, not first. Ordered by the GPUs
+    # to evict alone, a pool full of 8-GPU jobs spent every try on nodes whose one job could not move, and the
+    # nodes of 1-GPU jobs that could were never tried (ITP cluster 04 on 384 GPUs: 254 violations).
+    largest = max((len(free) for free in occupancy.whole_free.values()), default=0)
+    options = []  # (stuck victims, GPUs to evict, node, victims) for nodes that can be cleared enough
     for node in occupancy.nodes:
         free = len(occupancy.whole_free[node])
         if free >= need:
@@ -56,16 +62,17 @@ def find_moves(
             victims.append(run)
             gained += sum(len(s.gpus) for s in run.slots if s.node == node and not s.fraction)
         if gained >= need:
-            options.append((sum(v.gpus for v in victims), node, victims))
+            stuck = sum(1 for v in victims if v.gpus / max(1, len(v.slots)) > largest)
+            options.append((stuck, sum(v.gpus for v in victims), node, victims))
     if not options:
         return None
-    options.sort(key=lambda option: option[0])
+    options.sort(key=lambda option: option[:2])
     nodes_needed = job.workers - sum(1 for node in occupancy.nodes if len(occupancy.whole_free[node]) >= need)
     for start in range(min(NODES_TRIED, len(options))):
         chosen: dict[int, RunningJob] = {}
-        for _, _, victims in options[start : start + max(1, nodes_needed)]:
+        for *_, victims in options[start : start + max(1, nodes_needed)]:
             chosen.update((v.job_id, v) for v in victims)
-        plan = _feasible(job, ledger, occupancy, list(chosen.values()), evictable)
+        plan = _feasible(job, ledger, occupancy, list(chosen.values()), evictable, on_node, movable)
         if plan is not None:
             return plan
     return None
@@ -77,9 +84,11 @@ def _feasible(
     occupancy: Occupancy,
     victims: list[RunningJob],
     evictable: Sequence[RunningJob] = (),
+    on_node: dict[str, list[RunningJob]] | None = None,
+    movable: set[int] | None = None,
 ) -> list[tuple[RunningJob, str]] | None:
     """The plan if ``job`` fits once ``victims`` stop and every guaranteed victim is placed again (on room reclaimed
-    from borrowers if need be); state restored."""
+    from borrowers if need be, or on a node cleared by moving smaller work: ``_make_way``); state restored."""
     victims = list(victims)
     gone = {id(victim) for victim in victims}  # by identity: comparing frozen dataclasses is slow
     for victim in victims:
@@ -117,6 +126,8 @@ def _feasible(
                 extra.append(borrower)
                 plan.append((borrower, "reclaim"))
                 again = occupancy.place(workers, victim.gpus / workers)
+            if again is None and on_node is not None and movable is not None:
+                again = _make_way(victim, occupancy, ledger, on_node, movable, gone, victims, placed, taken, plan)
             if again is None:
                 return None
             placed.append(again)
@@ -132,3 +143,72 @@ def _feasible(
         for victim in victims:
             occupancy.retake(victim.slots)
             ledger.add(victim.department, victim.gpus)
+
+
+def _make_way(
+    victim: RunningJob,
+    occupancy: Occupancy,
+    ledger: Ledger,
+    on_node: dict[str, list[RunningJob]],
+    movable: set[int],
+    gone: set[int],
+    victims: list[RunningJob],
+    placed: list,
+    taken: list,
+    plan: list[tuple[RunningJob, str]],
+    depth: int | None = None,
+) -> list | None:
+    """Slots for a moved one-worker ``victim`` that fits nowhere as things stand, on the node where moving the least
+    smaller work frees enough whole GPUs; that smaller work is placed again the same way (``depth`` levels). The
+    free GPUs of a busy pool are scattered in ones and twos: a 4-GPU job moved off the node an 8-GPU job needs fits
+    only where some 1-GPU jobs move aside too. What it evicts and places is added to ``victims``, ``placed`` and
+    ``taken`` (``_feasible`` undoes all of it) and to ``plan``; None if no such node, with the plan then dropped."""
+    depth = MOVE_DEPTH if depth is None else depth
+    if depth <= 0 or len(victim.slots) != 1 or victim.slots[0].fraction:
+        return None
+    need = len(victim.slots[0].gpus)
+    best = None  # (GPUs moved, node, the work moved)
+    for node in occupancy.nodes:
+        free = len(occupancy.whole_free[node])
+        holders = sorted(
+            (
+                r
+                for r in on_node.get(node, ())
+                if r.job_id in movable
+                and id(r) not in gone
+                and len(r.slots) == 1
+                and not r.slots[0].fraction
+                and r.gpus < need
+            ),
+            key=lambda r: r.gpus,
+        )
+        aside, gained = [], free
+        for run in holders:
+            if gained >= need:
+                break
+            aside.append(run)
+            gained += len(run.slots[0].gpus)
+        if gained >= need and aside and (best is None or sum(r.gpus for r in aside) < best[0]):
+            best = (sum(r.gpus for r in aside), node, aside)
+    if best is None:
+        return None
+    for run in best[2]:
+        occupancy.release(run.slots)
+        ledger.remove(run.department, run.gpus)
+        victims.append(run)  # given back with the others at the end
+        gone.add(id(run))
+    again = occupancy.place(1, float(need))
+    if again is None:
+        return None
+    for run in sorted(best[2], key=lambda r: -r.gpus):
+        moved = occupancy.place(1, run.gpus)
+        if moved is None:
+            moved = _make_way(run, occupancy, ledger, on_node, movable, gone, victims, placed, taken, plan, depth - 1)
+            if moved is None:
+                occupancy.release(again)
+                return None
+        placed.append(moved)
+        ledger.add(run.department, run.gpus)
+        taken.append((run.department, run.gpus, False))
+        plan.append((run, "move"))
+    return again

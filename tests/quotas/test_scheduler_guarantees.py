@@ -72,6 +72,34 @@ def test_a_guaranteed_job_blocked_by_fragmentation_moves_a_guaranteed_one():
     assert {a.job_id: {s.node for s in a.slots} for a in after.admissions} == {1: {"n0"}, 10: {"n1"}}
 
 
+def busy_pool():
+    """nlp holds its nominal 16 of 24 GPUs as 4-GPU and 1-GPU jobs on every node; the 8 free GPUs are 3, 2 and 3."""
+    runs = [
+        running(10, "nlp", [[0, 1, 2, 3]], node="n0"),
+        running(11, "nlp", [[4]], node="n0"),
+        running(12, "nlp", [[0, 1, 2, 3]], node="n1"),
+        running(13, "nlp", [[4]], node="n1"),
+        running(14, "nlp", [[5]], node="n1"),
+        running(15, "nlp", [[0, 1, 2, 3]], node="n2"),
+        running(16, "nlp", [[4]], node="n2"),
+    ]
+    return cycle(
+        [pending(1, "vision", gpus=8)], runs, quotas=(quota("vision", 8), quota("nlp", 16)), pool={"nodes": 3}
+    )
+
+
+def test_a_moved_job_that_fits_nowhere_has_smaller_work_moved_aside_for_it(monkeypatch):
+    # Clearing any node for vision's 8 GPUs moves a 4-GPU job, and no node has 4 free: a 1-GPU job must move
+    # aside first (ITP cluster 04 on 384 GPUs: 282 guarantee violations of exactly this shape).
+    d = busy_pool()
+    assert reasons(d) == {1: "preemption_in_progress"}
+    moved = {p.job_id for p in d.preemptions}
+    assert {p.reason for p in d.preemptions} == {"move"} and len(moved) == 3
+    assert len(moved & {10, 12, 15}) == 1  # one 4-GPU job, and the two 1-GPU jobs that make way or leave its node
+    monkeypatch.setattr("quotas.scheduler.moves.MOVE_DEPTH", 0)  # one level of moves only, as before
+    assert reasons(busy_pool()) == {1: "gang_does_not_fit"}
+
+
 def test_nothing_moves_a_workload_that_cannot_be_preempted():
     _, d = scattered(preemptible=False)
     assert d.preemptions == [] and reasons(d) == {1: "gang_does_not_fit"}
