@@ -87,3 +87,12 @@ def test_one_cycle_on_a_synthetic_snapshot(tmp_path):
     )
     assert {"cycle_ms_p50", "cycle_ms_p95"} <= set(report)
     assert report["admitted"] + report["waiting"] == 300
+
+
+def test_a_moment_can_settle_on_every_change_as_the_scheduler_service_does(itp):
+    argv = ["--trace", "itp", "--input", *itp, "--gpus", "32", "--policy", "portal", "--seed", "3"]
+    default, settled = replay.main(argv), replay.main([*argv, "--settle", "changes"])
+    assert default["settle"] == "preemptions" and settled["settle"] == "changes"
+    assert settled["jobs"] == default["jobs"] == 180 and settled["never_started"] == 0
+    # nobody waits longer for being looked at again sooner
+    assert settled["mean_queue_s"] <= default["mean_queue_s"] * 1.05
