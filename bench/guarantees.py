@@ -1,8 +1,9 @@
 """Guarantee sweep: bench.replay (--policy portal) over many ITP configurations.
 
 Each configuration is a set of ITP clusters (each alone, or pooled), a pool size and a seed. For each the
-table shows jobs, mean/p95 queue, guarantee violations with their breakdown by reason, and wasted GPU time as
-a share of delivered GPU time. The goal (issue 18) is 0 violations in every configuration, not only the tuned
+table shows jobs, mean/p95 queue, guarantee violations with their breakdown by reason, how many of them were
+unplaceable (bench.replay's violations_unplaceable: work that cannot be preempted and guaranteed whole-node work held
+every node the job could use, all the time it was entitled), and wasted GPU time as a share of delivered GPU time. The goal (issue 18) is 0 violations in every configuration, not only the tuned
 one (01-05 pooled at 832 GPUs).
 
     python -m bench.guarantees [--sizes 384,512,640,832,1024] [--seeds 1,2,3]
@@ -65,6 +66,7 @@ def run_one(config: tuple[tuple[str, ...], int, int, str, str]) -> dict:
         "violations": report["guarantee_violations"],
         "violations_by_size_and_reason": report["violations_by_size_and_reason"],
         "violations_by_reason": dict(reasons),
+        "unplaceable": report["violations_unplaceable"],
         "wasted_pct": round(100 * report["wasted_gpu_seconds"] / max(util_gpu_s, 1e-9), 2),
         "preemptions": report["preemptions"],
         "never_started": report["never_started"],
@@ -73,17 +75,21 @@ def run_one(config: tuple[tuple[str, ...], int, int, str, str]) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{'config':<28} {'jobs':>6} {'mean h':>7} {'p95 h':>7} {'viol':>6} {'wasted%':>8}  breakdown"]
+    lines = [
+        f"{'config':<28} {'jobs':>6} {'mean h':>7} {'p95 h':>7} {'viol':>6} {'unpl.':>6} {'wasted%':>8}  breakdown"
+    ]
     for r in rows:
         breakdown = ", ".join(f"{k} {v}" for k, v in sorted(r["violations_by_reason"].items(), key=lambda kv: -kv[1]))
         lines.append(
             f"{r['config']:<28} {r['jobs']:>6} {r['mean_queue_h']:>7.2f} {r['p95_queue_h']:>7.2f} "
-            f"{r['violations']:>6} {r['wasted_pct']:>8.2f}  {breakdown}"
+            f"{r['violations']:>6} {r['unplaceable']:>6} {r['wasted_pct']:>8.2f}  {breakdown}"
         )
     total = sum(r["violations"] for r in rows)
     clean = sum(1 for r in rows if r["violations"] == 0)
+    unplaceable = sum(r["unplaceable"] for r in rows)
     lines.append(
-        f"{len(rows)} configurations, {clean} with 0 violations, {total} violations in all (target: 0 everywhere)"
+        f"{len(rows)} configurations, {clean} with 0 violations, {total} violations in all (target: 0 everywhere), "
+        f"{unplaceable} of them unplaceable (no node any scheduler could have used)"
     )
     return "\n".join(lines)
 

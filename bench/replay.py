@@ -43,7 +43,10 @@ Metrics: queue = first start - submit; JCT = finish - submit; utilization = usef
 (N x makespan); wasted = GPU-seconds lost to preemption; a guarantee violation = a job that stays
 entitled (its department's usage plus the job within nominal) for more than 5 minutes of one
 waiting period; admissions_per_second = admissions / seconds spent inside the scheduler (wall clock; for
-the incremental engine the calls that tell it what changed count too), admissions_per_cpu_second the same over
+the incremental engine the calls that tell it what changed count too); violations_unplaceable = those of the
+violations whose job (of whole-node workers) no scheduler could have started in its whole entitled period, since
+work that cannot be preempted or guaranteed whole-node work held every node it could use (``_mark_placeable``;
+still counted among the violations); admissions_per_cpu_second the same over
 CPU seconds (``time.process_time``), which a shared machine disturbs less.
 """
 
@@ -100,6 +103,7 @@ class SimJob:
     epoch: int = 0  # bumps on preemption, so stale finish events are ignored
     attained: float = 0.0  # GPU-seconds run in earlier (preempted) runs
     entitled_since: float | None = None
+    placeable: bool = False  # in its current entitled period, at some cycle there were nodes it could have used
     slots: tuple = field(default=())
     # What the scheduler sees of it, made once per arrival or admission rather than every cycle.
     pending_view: PendingJob | None = None
@@ -174,6 +178,7 @@ class Replay:
         self.by_reason: dict[str, int] = defaultdict(int)  # preemptions by reason
         self.wasted_by: dict[str, float] = defaultdict(float)  # GPU-seconds lost by preemption reason
         self.violated: dict[str, int] = defaultdict(int)  # violations by the job's last waiting reason
+        self.unplaceable = 0  # of the violations, those no scheduler could have avoided (_mark_placeable)
         self.last_reason: dict[int, str] = {}
         self.wasted = 0.0
         self.scheduler_seconds = 0.0
@@ -246,7 +251,44 @@ class Replay:
             elif not entitled and job.entitled_since is not None:
                 self._close_entitlement(job, now)
 
+    def _mark_placeable(self) -> None:
+        """For the violations' breakdown, not the scheduler: mark the entitled waiting jobs of whole-node workers that
+        could have been placed at all as things stand. Such a worker needs a node that holds no work that cannot be
+        preempted, and so does every whole-node worker of guaranteed work (running in a department that does not
+        borrow, and not of lower priority in the job's own department: nothing may evict it for this job, and a move
+        needs such a node for it as well), and so do the entitled jobs of whole-node workers before it in its
+        department's queue. Fewer of those nodes than those workers plus the job's own: no scheduler could start the
+        job then without passing over a job with the same claim. A violation whose job was never placeable in its
+        whole entitled period is counted as unplaceable too (it stays a violation)."""
+        entitled: dict[str, list[SimJob]] = defaultdict(list)
+        unmarked = False
+        for department, queue in self.pending.items():
+            for job in queue.values():
+                if job.entitled_since is not None and job.shape[1] == self.gpus_per_node:
+                    entitled[department].append(job)
+                    unmarked = unmarked or not job.placeable
+        if not unmarked:
+            return
+        pinned: set[str] = set()
+        held: dict[tuple[str, int], int] = defaultdict(int)  # (department, priority) -> guaranteed whole-node workers
+        for run in self.running.values():
+            if not run.preemptible:
+                pinned.update(slot.node for slot in run.slots)
+            elif self.usage[run.department] <= self.nominal.get(run.department, 0) + 1e-9:
+                held[(run.department, run.priority)] += sum(
+                    1 for slot in run.slots if len(slot.gpus) == self.gpus_per_node
+                )
+        usable = len(self.nodes) - len(pinned)
+        for department, jobs in entitled.items():
+            ahead = 0  # whole-node workers of the department's entitled jobs before this one in its queue
+            for job in sorted(jobs, key=lambda j: (-j.priority, j.submitted, j.job_id)):
+                others = sum(n for (d, p), n in held.items() if d != department or p >= job.priority)
+                if usable - others - ahead >= job.shape[0]:
+                    job.placeable = True
+                ahead += job.shape[0]
+
     def _cycle(self, now: float) -> bool:
+        self._mark_placeable()
         heads = []
         for waiting in self.pending.values():
             first = heapq.nsmallest(
@@ -400,7 +442,10 @@ class Replay:
         if now - job.entitled_since > ENTITLED_GRACE_SECONDS:
             self.violations += 1
             self.violated[f"{job.gpus} GPUs, {self.last_reason.get(job.job_id, 'not looked at')}"] += 1
+            if job.shape[1] == self.gpus_per_node and not job.placeable:
+                self.unplaceable += 1
         job.entitled_since = None
+        job.placeable = False
 
 
 def service_policy(text: str) -> ServicePolicy:
@@ -491,6 +536,7 @@ def main(argv: list[str] | None = None) -> dict:
         "wasted_gpu_seconds": round(replay.wasted, 1),
         "guarantee_violations": replay.violations,
         "violations_by_size_and_reason": dict(sorted(replay.violated.items(), key=lambda kv: -kv[1])),
+        "violations_unplaceable": replay.unplaceable,
         "preemptions_by_reason": dict(replay.by_reason),
         "wasted_gpu_seconds_by_reason": {reason: round(lost) for reason, lost in replay.wasted_by.items()},
         "service": "off"

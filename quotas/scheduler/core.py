@@ -117,9 +117,12 @@ class _Cycle(RoomMaker):
             return False
         if self.ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
             return False
-        slots = self.occupancy.place(job.workers, job.gpus_per_worker)
+        pinned = not job.preemptible and 1 <= job.gpus_per_worker < self.pool.gpus_per_node
+        slots = self.occupancy.place(job.workers, job.gpus_per_worker, prefer=self.pinned if pinned else ())
         if slots is None:
             return False
+        if not job.preemptible:
+            self.pinned.update(slot.node for slot in slots)
         borrowed = max(0.0, self.ledger.usage[job.department] + job.gpus - self.ledger.nominal(job.department))
         self.ledger.add(job.department, job.gpus, fixed=not job.preemptible)
         if self.after_stop is not None:

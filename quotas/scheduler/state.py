@@ -43,6 +43,10 @@ class CycleState:
         self.after_stop: Occupancy | None = None
         self.after_stop_ledger: Ledger | None = None
         self.running = [job for job in running if not job.terminating]
+        # Nodes holding work that cannot be preempted. More such work goes there first (core._admit_if_fits), so the
+        # other nodes stay clearable: scattered over every node with a free GPU, it pinned the free GPUs of a busy
+        # pool in ones and twos where no move could gather them for a guaranteed 8-GPU job.
+        self.pinned = {slot.node for job in self.running if not job.preemptible for slot in job.slots}
         # Who may be evicted, in eviction order, sorted once per cycle: lowest priority, then least work lost
         # (most recently started, or most recently checkpointed for jobs that declare their checkpoints).
         self.evictable = sorted(

@@ -195,15 +195,27 @@ class Occupancy:
 
     # --- placing --------------------------------------------------------------------------
     def place(
-        self, workers: int, gpus_per_worker: float, *, cpu: float = 0, mem: float = 0, models: Collection[str] = ()
+        self,
+        workers: int,
+        gpus_per_worker: float,
+        *,
+        cpu: float = 0,
+        mem: float = 0,
+        models: Collection[str] = (),
+        prefer: Collection[str] = (),
     ) -> list[Slot] | None:
-        """Slots for every worker, taken from the pool; None (and nothing taken) if the gang does not fit."""
+        """Slots for every worker, taken from the pool; None (and nothing taken) if the gang does not fit.
+        ``prefer``: nodes a worker of whole GPUs goes to first where one fits (the fullest of them), before the
+        policy chooses among all."""
         per_worker = int(gpus_per_worker) * FULL if gpus_per_worker >= 1 else units(gpus_per_worker)
         if workers * per_worker > self.free_units:
             return None
         slots: list[Slot] = []
         for worker in range(workers):
-            slot = self._place_one(worker, gpus_per_worker, cpu, mem, models)
+            slot = self._place_preferred(worker, int(gpus_per_worker), cpu, mem, models, prefer) if (
+                prefer and gpus_per_worker >= 1
+            ) else None
+            slot = slot or self._place_one(worker, gpus_per_worker, cpu, mem, models)
             if slot is None:
                 self.release(slots, cpu=cpu, mem=mem)
                 return None
@@ -218,6 +230,26 @@ class Occupancy:
             return False
         self.release(slots, cpu=cpu, mem=mem)
         return True
+
+    def _place_preferred(
+        self, worker: int, needed: int, cpu: float, mem: float, models: Collection[str], prefer: Collection[str]
+    ) -> Slot | None:
+        """One worker of ``needed`` whole GPUs on the fullest of ``prefer`` it fits (the lowest index among equals)."""
+        best = None
+        for node in prefer:
+            free = len(self.whole_free[node])
+            if free >= needed and (best is None or (free, self.index[node]) < best[0]):
+                if self.room(self.index[node], cpu, mem, models):
+                    best = ((free, self.index[node]), node)
+        if best is None:
+            return None
+        node = best[1]
+        chosen = tuple(sorted(self.whole_free[node])[:needed])
+        i = self.index[node]
+        for gpu in chosen:
+            self._take(node, i, gpu, FULL)
+        self._use(i, cpu, mem, 1)
+        return Slot(worker=worker, node=node, gpus=chosen)
 
     def _place_one(self, worker: int, gpus: float, cpu: float, mem: float, models: Collection[str]) -> Slot | None:
         policy = self.policy
