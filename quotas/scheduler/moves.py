@@ -62,7 +62,11 @@ def find_moves(
             victims.append(run)
             gained += sum(len(s.gpus) for s in run.slots if s.node == node and not s.fraction)
         if gained >= need:
-            stuck = sum(1 for v in victims if v.gpus / max(1, len(v.slots)) > largest)
+            stuck = sum(  # to be placed again (their department does not borrow), and bigger than any free room
+                1
+                for v in victims
+                if v.gpus / max(1, len(v.slots)) > largest and ledger.borrowed(v.department) <= 1e-9
+            )
             options.append((stuck, sum(v.gpus for v in victims), node, victims))
     if not options:
         return None
