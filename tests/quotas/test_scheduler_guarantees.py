@@ -146,3 +146,19 @@ def test_nothing_starts_on_borrowed_gpus_while_gpus_are_reclaimed_for_a_guarante
     # a guaranteed job of another department still starts
     own = cycle([claimant, pending(2, "nlp", gpus=1)], borrower, quotas=(quota("vision", 4), quota("nlp", 8)))
     assert admitted(own) == [2]
+
+
+def test_work_that_cannot_be_preempted_goes_where_such_work_already_is(monkeypatch):
+    # n0 holds a preemptible 4-GPU job, n1 one GPU of work that cannot be preempted. Binpack alone puts the next
+    # job on n0, the fullest; one that cannot be preempted goes to n1, so that n0 stays clearable by moves.
+    runs = [running(10, "nlp", [[0, 1, 2, 3]], node="n0"), running(11, "nlp", [[0]], node="n1", preemptible=False)]
+    quotas = (quota("vision", 8), quota("nlp", 8))
+
+    def node_of(job):
+        d = cycle([job], runs, quotas=quotas, pool={"nodes": 2})
+        return {s.node for a in d.admissions for s in a.slots}
+
+    assert node_of(pending(1, "vision", gpus=2, preemptible=False)) == {"n1"}
+    assert node_of(pending(1, "vision", gpus=2)) == {"n0"}  # preemptible work is placed as the policy says
+    monkeypatch.setattr("quotas.scheduler.placement.occupancy.Occupancy._place_preferred", lambda *a: None)
+    assert node_of(pending(1, "vision", gpus=2, preemptible=False)) == {"n0"}
