@@ -234,16 +234,14 @@ class Occupancy:
     def _place_preferred(
         self, worker: int, needed: int, cpu: float, mem: float, models: Collection[str], prefer: Collection[str]
     ) -> Slot | None:
-        """One worker of ``needed`` whole GPUs on the fullest of ``prefer`` it fits (the lowest index among equals)."""
-        best = None
-        for node in prefer:
-            free = len(self.whole_free[node])
-            if free >= needed and (best is None or (free, self.index[node]) < best[0]):
-                if self.room(self.index[node], cpu, mem, models):
-                    best = ((free, self.index[node]), node)
-        if best is None:
+        """One worker of ``needed`` whole GPUs on the fullest of ``prefer`` it fits (binpack's order among equals)."""
+        node = None
+        for free in range(needed, self.most + 1):
+            node = self.first_fitting((n for n in self.by_free[free] if n in prefer), cpu, mem, models)
+            if node is not None:
+                break
+        if node is None:
             return None
-        node = best[1]
         chosen = tuple(sorted(self.whole_free[node])[:needed])
         i = self.index[node]
         for gpu in chosen:
