@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.placement import Occupancy
-from quotas.scheduler.types import PendingJob, RunningJob
+from quotas.scheduler.types import PendingJob, RunningJob, Slot
 
 NODES_TRIED = 8  # candidate node sets per waiting job and cycle
 EXTRA_RECLAIMS = 8  # borrowers' workloads one plan may reclaim to make room for the workloads it moves
@@ -63,9 +63,7 @@ def find_moves(
             gained += sum(len(s.gpus) for s in run.slots if s.node == node and not s.fraction)
         if gained >= need:
             stuck = sum(  # to be placed again (their department does not borrow), and bigger than any free room
-                1
-                for v in victims
-                if v.gpus / max(1, len(v.slots)) > largest and ledger.borrowed(v.department) <= 1e-9
+                1 for v in victims if v.gpus / max(1, len(v.slots)) > largest and ledger.borrowed(v.department) <= 1e-9
             )
             options.append((stuck, sum(v.gpus for v in victims), node, victims))
     if not options:
@@ -157,11 +155,11 @@ def _make_way(
     movable: set[int],
     gone: set[int],
     victims: list[RunningJob],
-    placed: list,
-    taken: list,
+    placed: list[list[Slot]],
+    taken: list[tuple[str, float, bool]],
     plan: list[tuple[RunningJob, str]],
     depth: int | None = None,
-) -> list | None:
+) -> list[Slot] | None:
     """Slots for a moved one-worker ``victim`` that fits nowhere as things stand, on the node where moving the least
     smaller work frees enough whole GPUs; that smaller work is placed again the same way (``depth`` levels). The
     free GPUs of a busy pool are scattered in ones and twos: a 4-GPU job moved off the node an 8-GPU job needs fits

@@ -83,9 +83,7 @@ def busy_pool():
         running(15, "nlp", [[0, 1, 2, 3]], node="n2"),
         running(16, "nlp", [[4]], node="n2"),
     ]
-    return cycle(
-        [pending(1, "vision", gpus=8)], runs, quotas=(quota("vision", 8), quota("nlp", 16)), pool={"nodes": 3}
-    )
+    return cycle([pending(1, "vision", gpus=8)], runs, quotas=(quota("vision", 8), quota("nlp", 16)), pool={"nodes": 3})
 
 
 def test_a_moved_job_that_fits_nowhere_has_smaller_work_moved_aside_for_it(monkeypatch):

@@ -212,9 +212,11 @@ class Occupancy:
             return None
         slots: list[Slot] = []
         for worker in range(workers):
-            slot = self._place_preferred(worker, int(gpus_per_worker), cpu, mem, models, prefer) if (
-                prefer and gpus_per_worker >= 1
-            ) else None
+            slot = (
+                self._place_preferred(worker, int(gpus_per_worker), cpu, mem, models, prefer)
+                if (prefer and gpus_per_worker >= 1)
+                else None
+            )
             slot = slot or self._place_one(worker, gpus_per_worker, cpu, mem, models)
             if slot is None:
                 self.release(slots, cpu=cpu, mem=mem)
