@@ -27,7 +27,11 @@ class RoomMaker(CycleState):
             # more guarantee violations (75 against 20).
             if job.nominated:
                 self._book(job)
-            ids = ", ".join(f"#{r.job_id}" for r in self.stopping)
+            if not self.snapshot.explain:
+                return "preemption_in_progress", ""
+            if self._stopping_ids[0] != len(self.stopping):  # the list only grows within a cycle
+                self._stopping_ids = (len(self.stopping), ", ".join(f"#{r.job_id}" for r in self.stopping))
+            ids = self._stopping_ids[1]
             return "preemption_in_progress", f"Waiting for {ids} to stop (grace period); then it starts. {message}"
         victims = None
         if self.searches_left > 0 and self._eviction_could_help(job):
