@@ -53,8 +53,10 @@ CPU seconds (``time.process_time``), which a shared machine disturbs less.
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import heapq
+import itertools
 import math
 import random
 import statistics
@@ -252,14 +254,16 @@ class Replay:
                 self._close_entitlement(job, now)
 
     def _mark_placeable(self) -> None:
-        """For the violations' breakdown, not the scheduler: mark the entitled waiting jobs of whole-node workers that
-        could have been placed at all as things stand. Such a worker needs a node that holds no work that cannot be
-        preempted, and so does every whole-node worker of guaranteed work (running in a department that does not
-        borrow, and not of lower priority in the job's own department: nothing may evict it for this job, and a move
-        needs such a node for it as well), and so do the entitled jobs of whole-node workers before it in its
-        department's queue. Fewer of those nodes than those workers plus the job's own: no scheduler could start the
-        job then without passing over a job with the same claim. A violation whose job was never placeable in its
-        whole entitled period is counted as unplaceable too (it stays a violation)."""
+        """For the violations' breakdown, not the scheduler: mark the entitled waiting jobs of whole-node workers whose
+        violation some placement could still avoid as things stand. A whole-node worker needs a node that holds no
+        work that cannot be preempted, and so does every whole-node worker of guaranteed work (running in a
+        department that does not borrow, and not of lower priority in the job's own department: nothing may evict it
+        for this job, and a move needs such a node for it as well). The department's entitled jobs before it in its
+        queue have the same claim: while they fit in the department's room together with it, they need their nodes
+        first; the first that does not fit with it ends its entitlement by starting, so then it is enough that the
+        jobs up to that one could be placed. Counted conservatively (the department's highest-priority waiting job
+        decides what may be evicted). A violation whose job was never so placeable in its whole entitled period is
+        counted as unplaceable (it stays a violation)."""
         entitled: dict[str, list[SimJob]] = defaultdict(list)
         unmarked = False
         for department, queue in self.pending.items():
@@ -280,12 +284,17 @@ class Replay:
                 )
         usable = len(self.nodes) - len(pinned)
         for department, jobs in entitled.items():
-            ahead = 0  # whole-node workers of the department's entitled jobs before this one in its queue
-            for job in sorted(jobs, key=lambda j: (-j.priority, j.submitted, j.job_id)):
-                others = sum(n for (d, p), n in held.items() if d != department or p >= job.priority)
-                if usable - others - ahead >= job.shape[0]:
+            jobs.sort(key=lambda j: (-j.priority, j.submitted, j.job_id))
+            top = jobs[0].priority
+            free = usable - sum(n for (d, p), n in held.items() if d != department or p >= top)
+            room = self.nominal.get(department, 0) - self.usage[department]
+            sums = list(itertools.accumulate(j.gpus for j in jobs))  # GPUs of the first i + 1 jobs
+            workers = list(itertools.accumulate(j.shape[0] for j in jobs))
+            for k, job in enumerate(jobs):
+                i = bisect.bisect_right(sums, room - job.gpus + 1e-9)  # the first that does not fit with it
+                need = workers[i] if i < k else (workers[k - 1] if k else 0) + job.shape[0]
+                if free >= need:
                     job.placeable = True
-                ahead += job.shape[0]
 
     def _cycle(self, now: float) -> bool:
         self._mark_placeable()
