@@ -90,7 +90,10 @@ class CycleState:
         self._borrowers_at = -1
         self._borrowers_cache: list[tuple[str, float]] = []
         self._once_stopped: dict[tuple[Any, ...], bool] = {}
-        self._stopping_ids: tuple[int, str] = (-1, "")  # the stopping jobs' ids as a message says them, and for how many
+        self._stopping_ids: tuple[int, str] = (
+            -1,
+            "",
+        )  # the stopping jobs' ids as a message says them, and for how many
         # (job, GPUs held for it) of the jobs whose room is booked in this cycle (quotas.scheduler.room._book)
         self.booked: list[tuple[PendingJob, list[Slot]]] = []
         self.booked_ids: set[int] = set()
