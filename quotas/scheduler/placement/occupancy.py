@@ -242,8 +242,10 @@ class Occupancy:
             node = self.first_fitting((n for n in self.by_free[free] if n in prefer), cpu, mem, models)
             if node is not None:
                 break
-        if node is None:
-            return None
+        return None if node is None else self._take_whole(worker, node, needed, cpu, mem)
+
+    def _take_whole(self, worker: int, node: str, needed: int, cpu: float, mem: float) -> Slot:
+        """Take the lowest-index ``needed`` whole free GPUs of ``node`` (and ``cpu``, ``mem``) for one worker."""
         chosen = tuple(sorted(self.whole_free[node])[:needed])
         i = self.index[node]
         for gpu in chosen:
@@ -256,14 +258,7 @@ class Occupancy:
         if gpus >= 1:
             needed = int(gpus)
             node = policy.whole(self, needed, cpu, mem, models)
-            if node is None:
-                return None
-            chosen = tuple(sorted(self.whole_free[node])[:needed])
-            i = self.index[node]
-            for gpu in chosen:
-                self._take(node, i, gpu, FULL)
-            self._use(i, cpu, mem, 1)
-            return Slot(worker=worker, node=node, gpus=chosen)
+            return None if node is None else self._take_whole(worker, node, needed, cpu, mem)
         if gpus > 0:
             amount = units(gpus)
             key = policy.fraction(self, amount, cpu, mem, models)
