@@ -11,12 +11,27 @@ across a restart and the next run's worker adopts it again.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import signal
+import stat
 import subprocess
 import sys
 
 
+def append_to_output() -> None:
+    """When this launcher's output is a regular file (``make run > run.log``, a test's log), write to it in append
+    mode from now on. supervisord prints its own log on its stdout (inherited from here), while the ``output``
+    listener's lines reach the same file through ``/dev/fd/1`` opened again in append mode (supervisord.conf): two
+    handles on one file. Without O_APPEND on the inherited one, its writes land at its own offset and overwrite
+    the lines the listener appended (a program's first line went missing). A terminal or a pipe has no offset."""
+    for fd in (1, 2):
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+
+
 def main() -> int:
+    append_to_output()
     supervisord = subprocess.Popen(
         [".venv/bin/supervisord", "--configuration", "platform/supervisord.conf", "--nodaemon"]
     )

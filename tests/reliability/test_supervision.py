@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -256,3 +257,30 @@ def test_ctrl_c_stops_all_four_and_their_output_reached_the_terminal_with_their_
     lines = supervisor.output_path.read_text(errors="replace").splitlines()
     for name in PROGRAMS:
         assert any(line.startswith(f"{name:<7} | ") for line in lines), (name, supervisor.output())
+
+
+SHARED_OUTPUT = """\
+import os, sys
+sys.path.insert(0, "platform")
+import supervise_run
+if sys.argv[1] == "on":
+    supervise_run.append_to_output()
+os.write(1, b"supervisord: started\\n")  # supervisord's own log, on the inherited stdout
+with open("/dev/fd/1", "ab", buffering=0) as listener:  # the output listener's lines (stderr_logfile=/dev/fd/1)
+    listener.write(b"watcher | Watching 1 cluster(s).\\n")
+os.write(1, b"supervisord: stopped\\n")
+"""
+
+
+@pytest.mark.parametrize("protection", ["on", "off"])
+def test_with_output_to_a_file_supervisord_s_own_lines_do_not_overwrite_a_program_s(tmp_path, protection):
+    """`make run > run.log`: supervisord writes on the stdout it inherits, the output listener through /dev/fd/1
+    opened again: two handles on one file (platform/supervise_run.py, append_to_output)."""
+    path = tmp_path / "run.log"
+    with open(path, "wb") as output:  # as a shell's `>` opens it: no O_APPEND
+        subprocess.run([sys.executable, "-c", SHARED_OUTPUT, protection], cwd=ROOT, stdout=output, check=True)
+    lines = path.read_text().splitlines()
+    if protection == "off":  # the failure this protects from, shown: the program's line is overwritten
+        assert "watcher | Watching 1 cluster(s)." not in lines
+    else:
+        assert lines == ["supervisord: started", "watcher | Watching 1 cluster(s).", "supervisord: stopped"]
