@@ -126,6 +126,8 @@ class RoomMaker(CycleState):
                 message=f"Preempted for job #{job.job_id}: {what}.",
             )
         )
+        # made (if they are not yet) from the eviction order before this victim leaves it
+        by_service, _ = self.by_service, self.service_gpus
         # by identity: comparing frozen dataclasses field by field made this the slowest step of a cycle
         self.evictable = [r for r in self.evictable if r is not victim]
         self.running = [r for r in self.running if r is not victim]
@@ -133,8 +135,8 @@ class RoomMaker(CycleState):
             for node in {slot.node for slot in victim.slots}:
                 self.on_node[node] = [r for r in self.on_node[node] if r is not victim]
         self.evictable_gpus[victim.department] -= victim.gpus
-        remaining = [pair for pair in self.by_service if pair[1] is not victim]
-        if len(remaining) < len(self.by_service):
+        remaining = [pair for pair in by_service if pair[1] is not victim]
+        if len(remaining) < len(by_service):
             self.by_service = remaining
             if victim.service(self.now) >= self.policy.factor * self.policy.quantum:
                 self.service_gpus -= victim.gpus

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from quotas.scheduler.eta import Releases
@@ -43,39 +44,19 @@ class CycleState:
         self.after_stop: Occupancy | None = None
         self.after_stop_ledger: Ledger | None = None
         self.running = [job for job in running if not job.terminating]
-        # Nodes holding work that cannot be preempted. More such work goes there first (core._admit_if_fits), so the
-        # other nodes stay clearable: scattered over every node with a free GPU, it pinned the free GPUs of a busy
-        # pool in ones and twos where no move could gather them for a guaranteed 8-GPU job.
-        self.pinned = {slot.node for job in self.running if not job.preemptible for slot in job.slots}
-        # Who may be evicted, in eviction order, sorted once per cycle: lowest priority, then least work lost
-        # (most recently started, or most recently checkpointed for jobs that declare their checkpoints).
-        self.evictable = sorted(
-            (
-                job
-                for job in running
-                if job.preemptible and not job.terminating and now - job.started_at >= pool.min_runtime_seconds
-            ),
-            key=lambda job: (job.priority, job.unsaved(now)),
-        )
+        self.policy = snapshot.service
+        # Who may be evicted (preemptible, ran its minimum, not stopping): the GPUs of each department's, and the
+        # GPUs of those long-served enough for service evictions (an upper bound), for the cheap bound of
+        # room._eviction_could_help. Their eviction order (``evictable``, ``by_service``, sorted) and the nodes
+        # holding work that cannot be preempted (``pinned``) are made when a cycle first needs them: most cycles
+        # of a busy pool never evict.
         self.evictable_gpus: dict[str, float] = defaultdict(float)
-        for job in self.evictable:
-            self.evictable_gpus[job.department] += job.gpus
-        # Least attained service: who has had the most GPU-seconds (and ran long enough this time) goes first.
-        self.policy = policy = snapshot.service
-        self.by_service: list[tuple[float, RunningJob]] = []
-        self.service_gpus = 0.0  # an upper bound of what service evictions can free for a fresh job
-        if policy.enabled:
-            self.by_service = sorted(
-                (
-                    (job.service(now), job)
-                    for job in self.evictable
-                    if now - job.started_at >= policy.min_run_seconds
-                    and (not job.checkpoint_every or job.unsaved(now) <= policy.max_unsaved_seconds)
-                ),
-                key=lambda pair: -pair[0],
-            )
-            fresh_floor = policy.factor * policy.quantum
-            self.service_gpus = sum(job.gpus for service, job in self.by_service if service >= fresh_floor)
+        self._candidates: list[RunningJob] = []
+        min_runtime = pool.min_runtime_seconds
+        for job in self.running:
+            if job.preemptible and now - job.started_at >= min_runtime:
+                self._candidates.append(job)
+                self.evictable_gpus[job.department] += job.gpus
         if prepared is not None:
             self.ledger, self.occupancy, self.releases = prepared.ledger, prepared.occupancy, prepared.releases
             self.queues, self.by_id = prepared.queues, prepared.by_id
@@ -100,6 +81,51 @@ class CycleState:
         self.on_node: dict[str, list[RunningJob]] | None = None
         # Eviction searches are the costly part of a cycle: this many per cycle, the rest try next cycle.
         self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE
+
+    @cached_property
+    def pinned(self) -> set[str]:
+        """Nodes holding work that cannot be preempted. More such work goes there first (core._admit_if_fits), so the
+        other nodes stay clearable: scattered over every node with a free GPU, it pinned the free GPUs of a busy pool
+        in ones and twos where no move could gather them for a guaranteed 8-GPU job."""
+        return {slot.node for job in self.running if not job.preemptible for slot in job.slots}
+
+    @cached_property
+    def evictable(self) -> list[RunningJob]:
+        """Who may be evicted, in eviction order: lowest priority, then least work lost (most recently started, or
+        most recently checkpointed for jobs that declare their checkpoints; RunningJob.unsaved, inline)."""
+        now = self.now
+
+        def order(job: RunningJob) -> tuple[int, float]:
+            ran = now - job.started_at
+            ran = ran if ran > 0.0 else 0.0
+            every = job.checkpoint_every
+            return job.priority, (ran % every if every else ran)
+
+        return sorted(self._candidates, key=order)
+
+    @cached_property
+    def by_service(self) -> list[tuple[float, RunningJob]]:
+        """Least attained service: (GPU-seconds, workload) of those that ran long enough this time, most served
+        first (ties in eviction order)."""
+        if not self.policy.enabled:
+            return []
+        now = self.now
+        return sorted(
+            ((job.service(now), job) for job in self.evictable if self._serves(job)), key=lambda pair: -pair[0]
+        )
+
+    @cached_property
+    def service_gpus(self) -> float:
+        """An upper bound of what service evictions can free for a fresh job."""
+        floor = self.policy.factor * self.policy.quantum
+        return sum(job.gpus for service, job in self.by_service if service >= floor)
+
+    def _serves(self, job: RunningJob) -> bool:
+        """Ran long enough in this run to be evicted for less-served work (and saved its work recently enough)."""
+        policy, now = self.policy, self.now
+        return now - job.started_at >= policy.min_run_seconds and (
+            not job.checkpoint_every or job.unsaved(now) <= policy.max_unsaved_seconds
+        )
 
     def _build(
         self, snapshot: Snapshot, pool: PoolState, pending: list[PendingJob], running: list[RunningJob], now: float
