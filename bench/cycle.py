@@ -11,7 +11,10 @@ of 1-8 GPUs per worker and 1-4 workers, a tenth fractional, three priorities. Go
 also measures the incremental scheduler (quotas.scheduler.incremental) on the same snapshot, in the same run:
 built once, one first cycle (whose admissions it applies), then, ``--repeat`` times, one new arrival and one
 cycle. Reported beside the full cycle: ``incremental_ms_p50`` / ``incremental_ms_p95`` (goal, issue 18: <= 5 ms),
-and whether the first measured cycle decided what ``schedule()`` decides on the equivalent snapshot.
+and whether the first measured cycle decided what ``schedule()`` decides on the equivalent snapshot. Then the same
+with arrival cycles (``IncrementalScheduler(arrivals_window=5)``: after a cycle that decided nothing, a cycle
+decides the new job alone): ``arrival_cycle_ms_p50`` / ``_p95``, the goal's figure, and whether each admitted and
+evicted what ``schedule()`` does.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from quotas.scheduler.incremental import IncrementalScheduler
 
 GOAL_P50_MS = 50.0
 GOAL_INCREMENTAL_MS = 5.0
+ARRIVALS_WINDOW = 5.0  # seconds, as the scheduler service's longest time between two full cycles
 NOW = 1_000_000.0
 
 
@@ -134,26 +138,29 @@ def main(argv: list[str] | None = None) -> dict:
     summary = f"p50 {report['cycle_ms_p50']} ms {verdict} the goal of <= {GOAL_P50_MS} ms"
     if args.incremental:
         report.update(incremental(snapshot, args.repeat, args.seed))
-        verdict = "meets" if report["incremental_ms_p50"] <= GOAL_INCREMENTAL_MS else "MISSES"
+        report.update(incremental(snapshot, args.repeat, args.seed, ARRIVALS_WINDOW))
+        verdict = "meets" if report["arrival_cycle_ms_p50"] <= GOAL_INCREMENTAL_MS else "MISSES"
         summary += (
-            f"; incremental after one arrival p50 {report['incremental_ms_p50']} ms, p95 "
-            f"{report['incremental_ms_p95']} ms: {verdict} the goal of <= {GOAL_INCREMENTAL_MS} ms"
+            f"; incremental after one arrival p50 {report['incremental_ms_p50']} ms (every waiting job looked at "
+            f"again), as an arrival cycle p50 {report['arrival_cycle_ms_p50']} ms, p95 "
+            f"{report['arrival_cycle_ms_p95']} ms: {verdict} the goal of <= {GOAL_INCREMENTAL_MS} ms"
         )
     return emit(report, summary=summary, json_path=args.json)
 
 
-def incremental(snapshot: Snapshot, repeat: int, seed: int) -> dict:
-    """One arrival then one cycle on the incremental scheduler, ``repeat`` times (a second apart)."""
+def incremental(snapshot: Snapshot, repeat: int, seed: int, arrivals_window: float = 0.0) -> dict:
+    """One arrival then one cycle on the incremental scheduler, ``repeat`` times (a second apart). With an
+    ``arrivals_window`` the cycles after the first quiet one decide the arrival alone (arrival cycles)."""
     rng = random.Random(seed + 1)
     started = time.perf_counter()
-    scheduler = IncrementalScheduler(snapshot)
+    scheduler = IncrementalScheduler(snapshot, arrivals_window=arrivals_window)
     build_ms = (time.perf_counter() - started) * 1000
     started = time.perf_counter()
     scheduler.cycle(NOW)
     first_ms = (time.perf_counter() - started) * 1000
     departments = sorted({q.department for q in snapshot.quotas})
     next_id = max(j.job_id for j in (*snapshot.pending, *snapshot.running)) + 1
-    timings, equal = [], None
+    timings, equal, same_admissions = [], None, True
     for step in range(1, repeat + 1):
         now = NOW + step
         scheduler.add_pending(
@@ -169,13 +176,22 @@ def incremental(snapshot: Snapshot, repeat: int, seed: int) -> dict:
             )
         )
         next_id += 1
-        expected = schedule(scheduler.snapshot(), now=now) if equal is None else None
+        expected = schedule(scheduler.snapshot(), now=now) if equal is None or arrivals_window else None
         started = time.perf_counter()
         decided = scheduler.cycle(now)
         timings.append((time.perf_counter() - started) * 1000)
         if expected is not None:
-            equal = decided == expected
+            equal = decided == expected if equal is None else equal
+            same_admissions = same_admissions and _ids(decided) == _ids(expected)
     timings.sort()
+    if arrivals_window:
+        return {
+            "arrival_cycle_ms_p50": round(statistics.median(timings), 2),
+            "arrival_cycle_ms_p95": round(percentile(timings, 0.95), 2),
+            "arrival_cycles": scheduler.quick_cycles,
+            "arrival_cycles_admit_and_evict_as_schedule": same_admissions,
+            "arrivals_window_seconds": arrivals_window,
+        }
     return {
         "incremental_build_ms": round(build_ms, 1),
         "incremental_first_cycle_ms": round(first_ms, 1),
@@ -185,6 +201,10 @@ def incremental(snapshot: Snapshot, repeat: int, seed: int) -> dict:
         "incremental_rebuilds": dict(scheduler.rebuilds),
         "goal_incremental_ms": GOAL_INCREMENTAL_MS,
     }
+
+
+def _ids(decisions) -> tuple[list[int], list[int]]:
+    return sorted(a.job_id for a in decisions.admissions), sorted(p.job_id for p in decisions.preemptions)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import Any
 from quotas.scheduler.eta import estimate_starts
 from quotas.scheduler.placement import FULL
 from quotas.scheduler.room import RoomMaker
+from quotas.scheduler.state import EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE, queue_key
 from quotas.scheduler.types import (
     GREEDY,
     STRICT_FIFO,
@@ -52,11 +53,46 @@ def schedule(snapshot: Snapshot, *, now: float) -> Decisions:
 
 
 class _Cycle(RoomMaker):
-    def run(self) -> None:
+    def run(self, *, hold_rooms: bool = False) -> None:
+        """One cycle. Rooms booked for jobs that evict (or wait for stopping jobs) are held within this cycle only,
+        unless ``hold_rooms``: then the caller gives them back (``_unbook``) when it is done with this cycle's end
+        state (quotas.scheduler.incremental decides later arrivals on it)."""
         try:
             self._run()
-        finally:
-            self._unbook()  # rooms booked for jobs that evicted are held within one cycle only
+        except BaseException:
+            self._unbook()
+            raise
+        if not hold_rooms:
+            self._unbook()
+
+    def decide_arrivals(self, arrivals: list[PendingJob], now: float, decisions: Decisions) -> None:
+        """Go on from the end of this cycle, which admitted and evicted nothing, with jobs queued since, as if they came
+        last in its order (quotas.scheduler.incremental): each waits behind its department's blocked head if it is
+        queued behind it, else it is tried like a head. The rooms this cycle booked are still held, and while GPUs
+        are being reclaimed for a guaranteed job nothing borrows them. The eviction and move budgets start again."""
+        self.now, self.decisions, self.waiting = now, decisions, []
+        self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE
+        self._borrowers_at, self._once_stopped = -1, {}  # keyed by counts of the earlier cycle's decisions
+        key = queue_key(self.snapshot.service)
+        queues: dict[str, list[PendingJob]] = defaultdict(list)
+        for job in sorted(arrivals, key=key, reverse=True):
+            queues[job.department].append(job)  # each department's in queue order, its first last
+        # departments take turns by fair share, as in _run
+        turns = [self._arrival_turn(d, q[-1]) for d, q in queues.items()]
+        heapq.heapify(turns)
+        while turns:
+            *_, department = heapq.heappop(turns)
+            job = queues[department].pop()
+            head = self.heads.get(department)
+            if head is not None and key(head[0]) < key(job):
+                self._behind_blocked_head(job)
+            else:
+                self._try(job)
+            if queues[department]:
+                heapq.heappush(turns, self._arrival_turn(department, queues[department][-1]))
+
+    def _arrival_turn(self, department: str, job: PendingJob) -> tuple[Any, ...]:
+        return (self.ledger.share(department), -job.priority, job.submitted_at, department)
 
     def _run(self) -> None:
         # Guaranteed ones first: GPUs freed for a borrower must not keep a guaranteed job waiting (they would

@@ -56,6 +56,7 @@ from quotas.scheduler.types import (
     ServicePolicy,
     Slot,
     Snapshot,
+    Waiting,
 )
 
 _second = itemgetter(1)
@@ -81,8 +82,25 @@ class _PoolBook:
     in_use: float = 0.0  # GPUs of every running job (what Releases counts as booked)
 
 
+@dataclass
+class _Settled:
+    """A pool's last cycle, which admitted and evicted nothing: its end state (rooms it booked still held) and what
+    it said of every waiting job, kept for the arrivals that follow it (``IncrementalScheduler.arrivals_window``)."""
+
+    cycle: _Cycle
+    at: float  # the cycle's ``now``
+    waiting: list[Waiting]
+
+
 class IncrementalScheduler:
-    def __init__(self, snapshot: Snapshot):
+    def __init__(self, snapshot: Snapshot, *, arrivals_window: float = 0.0):
+        """``arrivals_window``: for this many seconds after a pool's cycle that admitted and evicted nothing, while
+        only new jobs are queued there, a cycle decides those jobs alone (``cycle``); 0, the default: every cycle
+        looks at every waiting job, and decides exactly what ``schedule()`` does."""
+        self.arrivals_window = arrivals_window
+        self._settled: dict[int, _Settled] = {}
+        self._arrivals: dict[int, list[PendingJob]] = defaultdict(list)  # pool -> jobs queued since its last cycle
+        self.quick_cycles = 0  # pools' cycles that decided only arrivals
         self.quotas: tuple[QuotaState, ...] = snapshot.quotas
         self.fifo = dict(snapshot.fifo)
         self.service = snapshot.service
@@ -109,6 +127,11 @@ class IncrementalScheduler:
             raise ValueError(f"job #{job.job_id} is running; remove_running it before queueing it again")
         book = self._book(job.pool_id)
         old_pool = self._where.get(job.job_id)
+        if old_pool is None:
+            self._arrivals[job.pool_id].append(job)
+        else:
+            self._unsettle(old_pool)
+            self._unsettle(job.pool_id)
         if old_pool is not None and old_pool != job.pool_id:
             self.remove_pending(job.job_id)
         old = book.pending.get(job.job_id)
@@ -129,6 +152,7 @@ class IncrementalScheduler:
 
     def remove_pending(self, job_id: int) -> PendingJob:
         """A job cancelled or no longer offered to the scheduler; KeyError if it is not pending."""
+        self._unsettle(self._where[job_id])
         book = self._book(self._where[job_id])
         job = book.pending.pop(job_id)
         self._unqueue(book, job)
@@ -140,6 +164,7 @@ class IncrementalScheduler:
         """A workload holds GPUs now (started elsewhere, or seen on a re-read): its slots are taken."""
         if run.job_id in self._where:
             raise ValueError(f"job #{run.job_id} is already known; use update_running or remove it first")
+        self._unsettle(run.pool_id)
         book = self._book(run.pool_id)
         book.running[run.job_id] = run
         self._where[run.job_id] = run.pool_id
@@ -148,6 +173,7 @@ class IncrementalScheduler:
 
     def update_running(self, run: RunningJob) -> None:
         """A running workload changed (terminating, deadline, priority, checkpoints, or other slots)."""
+        self._unsettle(self._where[run.job_id])
         book = self._book(self._where[run.job_id])
         old = book.running[run.job_id]
         if old.pool_id != run.pool_id:
@@ -163,6 +189,7 @@ class IncrementalScheduler:
 
     def remove_running(self, job_id: int) -> RunningJob:
         """A workload ended (finished, failed, stopped after preemption): its GPUs and quota usage are free."""
+        self._unsettle(self._where[job_id])
         book = self._book(self._where[job_id])
         run = book.running.pop(job_id)
         del self._where[job_id]
@@ -187,27 +214,33 @@ class IncrementalScheduler:
         if book is None:
             self._pools[pool.pool_id] = self._new_book(pool, dict(pool.used))
             return
+        self._unsettle(pool.pool_id)
         old = book.pool
         book.pool = replace(pool, used={})
         if (old.nodes, old.gpus_per_node) != (pool.nodes, pool.gpus_per_node):
             self._rebuild(book, "pool nodes changed")
 
     def remove_pool(self, pool_id: int) -> None:
+        self._unsettle(pool_id)
+        self._arrivals.pop(pool_id, None)
         book = self._pools.pop(pool_id)
         for job_id in [*book.pending, *book.running]:
             del self._where[job_id]
 
     def set_quotas(self, quotas: tuple[QuotaState, ...]) -> None:
         """Every pool's quotas (nominal, borrowing and lending limits, recent usage), as a snapshot has them."""
+        self._unsettle_all()
         self.quotas = tuple(quotas)
         for book in self._pools.values():
             book.quotas = [q for q in self.quotas if q.pool_id == book.pool.pool_id]
 
     def set_fifo(self, fifo: dict[str, str]) -> None:
+        self._unsettle_all()
         self.fifo = dict(fifo)
 
     def set_service(self, service: ServicePolicy) -> None:
         """The queue order depends on it (well-served jobs wait behind fresh ones): every queue is sorted again."""
+        self._unsettle_all()
         self.service, self._key = service, queue_key(service)
         for book in self._pools.values():
             book.queues = {}
@@ -221,16 +254,45 @@ class IncrementalScheduler:
         settings = Snapshot(
             pools={}, pending=(), quotas=self.quotas, fifo=self.fifo, service=self.service, explain=self.explain
         )
-        for book in self._pools.values():
+        hold = self.arrivals_window > 0
+        for pool_id, book in self._pools.items():
+            arrivals = self._arrivals.pop(pool_id, [])
             if not book.pending:
+                self._unsettle(pool_id)
                 continue
-            admitted, preempted = len(decisions.admissions), len(decisions.preemptions)
-            running = list(book.running.values())
-            try:
-                _Cycle(settings, book.pool, [], running, now, decisions, self._prepared(book, running, now)).run()
-            except Exception:
-                self._rebuild(book, "cycle raised")
-                raise
+            admitted, preempted, waited = len(decisions.admissions), len(decisions.preemptions), len(decisions.waiting)
+            settled = self._settled.pop(pool_id, None)
+            if settled is not None and now - settled.at <= self.arrivals_window:
+                # Only new jobs since a cycle that decided nothing: the others would wait as they did.
+                cycle = settled.cycle
+                try:
+                    cycle.decide_arrivals(arrivals, now, decisions)
+                except Exception:
+                    cycle._unbook()
+                    self._rebuild(book, "cycle raised")
+                    raise
+                self.quick_cycles += 1
+                decisions.waiting.extend(settled.waiting)
+                decisions.waiting.extend(
+                    Waiting(job_id=job_id, reason=reason, message=message, position=position)
+                    for position, (job_id, reason, message) in enumerate(cycle.waiting, start=len(settled.waiting) + 1)
+                )
+            else:
+                if settled is not None:
+                    settled.cycle._unbook()
+                running = list(book.running.values())
+                cycle = _Cycle(settings, book.pool, [], running, now, decisions, self._prepared(book, running, now))
+                try:
+                    cycle.run(hold_rooms=hold)
+                except Exception:
+                    self._rebuild(book, "cycle raised")
+                    raise
+                settled = _Settled(cycle=cycle, at=now, waiting=[])
+            if hold and len(decisions.admissions) == admitted and len(decisions.preemptions) == preempted:
+                settled.waiting = decisions.waiting[waited:]
+                self._settled[pool_id] = settled
+            elif hold:
+                cycle._unbook()
             self._apply(book, decisions, admitted, preempted, now)
         self.cycles += 1
         return decisions
@@ -264,6 +326,17 @@ class IncrementalScheduler:
         return sum(len(book.pending) for book in self._pools.values())
 
     # --- inside ----------------------------------------------------------------------------
+    def _unsettle(self, pool_id: int) -> None:
+        """Something other than a new job changed in the pool: its next cycle looks at every waiting job again, and
+        the rooms the last one held are given back first (the occupancy is the pool's own)."""
+        settled = self._settled.pop(pool_id, None)
+        if settled is not None:
+            settled.cycle._unbook()
+
+    def _unsettle_all(self) -> None:
+        for pool_id in list(self._settled):
+            self._unsettle(pool_id)
+
     def _book(self, pool_id: int) -> _PoolBook:
         book = self._pools.get(pool_id)
         if book is None:

@@ -67,3 +67,6 @@ def test_the_cycle_bench_times_the_incremental_cycle_beside_the_full_one():
     assert report["incremental_rebuilds"] == {}
     assert 0 < report["incremental_ms_p50"] <= report["incremental_ms_p95"]
     assert report["cycle_ms_p50"] > 0 and report["goal_incremental_ms"] == 5.0
+    # arrival cycles: most of the measured ones, each admitting and evicting what schedule() does
+    assert report["arrival_cycles"] >= 1 and report["arrival_cycles_admit_and_evict_as_schedule"] is True
+    assert 0 < report["arrival_cycle_ms_p50"] <= report["arrival_cycle_ms_p95"]
