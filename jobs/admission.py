@@ -43,6 +43,7 @@ from quotas.scheduler import (
     schedule,
 )
 from quotas.scheduler.eta import StartRanges, expected_end, likely_end, likely_starts
+from quotas.scheduler.incremental import IncrementalScheduler
 from quotas.selectors import effective_quotas
 from quotas.services import quotas_check
 
@@ -133,19 +134,19 @@ LEADER_LOCK_KEY = 0x6770754C  # "gpuL": the scheduler service's leader (core/lea
 CHANNEL = "portal_scheduler"  # PostgreSQL NOTIFY channel the service's leader listens on
 
 
-def request_cycle(reason: str) -> None:
+def request_cycle(reason: str, *, job_id: int | None = None) -> None:
     """A change that may admit, preempt or move jobs happened (``reason``: submitted, ended, cancelled, requeued,
     capacity): have a scheduling cycle look at it.
 
     With the scheduler service (PORTAL_SCHEDULER=service) this only records the request, in the caller's
     transaction, and on PostgreSQL NOTIFYs the leader (delivered at commit); the service coalesces a burst into one
     cycle (jobs/scheduler_service.py). Inline (PORTAL_SCHEDULER=inline: tests, a single process) the cycle runs
-    here and now.
+    here and now. ``job_id``: the job a submission queued (the service may then decide it alone, service_cycle).
     """
     if settings.PORTAL_SCHEDULER == "inline":
         scheduling_cycle()
         return
-    CycleRequest.objects.create(reason=reason[:40])
+    CycleRequest.objects.create(reason=reason[:40], job_id=job_id)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, reason])
@@ -168,15 +169,118 @@ def periodic_cycle(*, now: datetime | None = None) -> Decisions | None:
     return scheduling_cycle(now=now)
 
 
-def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
+class ServiceMemory:
+    """What the scheduler service keeps between its cycles (service_cycle): the incremental scheduler of its last full
+    cycle, when that cycle admitted and evicted nothing, with the GPU-holding jobs it saw. Anything else: empty."""
+
+    def __init__(self) -> None:
+        self.scheduler: IncrementalScheduler | None = None
+        self.at: datetime | None = None
+        self.holding: dict[int, bool] = {}  # job id -> stopping, of the jobs holding GPUs in its pools
+        self.arrival_cycles = 0
+
+    def keep(self, scheduler: IncrementalScheduler, at: datetime, holding: dict[int, Job]) -> None:
+        self.scheduler, self.at = scheduler, at
+        self.holding = {pk: bool(job.cancel_requested_at or job.preempt_requested_at) for pk, job in holding.items()}
+
+    def forget(self) -> None:
+        self.scheduler, self.at, self.holding = None, None, {}
+
+
+def service_cycle(memory: ServiceMemory, *, arrivals: list[int] | None, now: datetime | None = None) -> Decisions:
+    """The scheduler service's cycle. ``arrivals``: the jobs queued since the last cycle, when submissions are all
+    that happened (their requests say so), else None. Where the last full cycle decided nothing, is younger than
+    PORTAL_SCHEDULER_PERIOD_SECONDS, and the jobs holding GPUs in its pools are still the ones it saw, the new jobs
+    are decided alone on what it kept (``IncrementalScheduler`` arrival cycles, docs/architecture.md): the others
+    would wait as they did. Otherwise, and whatever that check cannot vouch for, a full cycle."""
+    now = now or timezone.now()
+    if arrivals:
+        decisions = _arrival_cycle(memory, arrivals, now)
+        if decisions is not None:
+            return decisions
+    return scheduling_cycle(now=now, memory=memory)
+
+
+def _arrival_cycle(memory: ServiceMemory, arrivals: list[int], now: datetime) -> Decisions | None:
+    """The new jobs decided alone, with the same lock and conditional updates as a full cycle; None where a full
+    cycle is needed."""
+    scheduler, at = memory.scheduler, memory.at
+    if scheduler is None or at is None or (now - at).total_seconds() > settings.PORTAL_SCHEDULER_PERIOD_SECONDS:
+        return None
+    moment = now.timestamp()
+    with transaction.atomic():
+        _lock_cycle()
+        jobs = list(
+            Job.objects.filter(pk__in=arrivals, status=lifecycle.QUEUED).select_related(
+                "pool__cluster", "priority", "department"
+            )
+        )
+        pools = {job.pool_id for job in jobs}
+        if (
+            len(jobs) != len(set(arrivals))  # one was admitted, cancelled or deleted meanwhile
+            or any(not scheduler.settled(pool_id, moment) for pool_id in pools | scheduler.waiting_pools())
+            or any(not cluster_health(job.pool.cluster).usable for job in jobs)
+            or _holding_now(scheduler.pool_ids()) != memory.holding
+        ):
+            memory.forget()
+            return None
+        heartbeats.beat(heartbeats.CYCLE)
+        # a job the last full cycle read already (its request came after that cycle read the requests) waits as
+        # that cycle said: it is not new to the scheduler
+        jobs = [job for job in jobs if scheduler.job(job.pk) is None]
+        expected = runtimes_for(jobs, now=now)
+        for job in jobs:
+            scheduler.add_pending(pending_view(job, expected))
+        decisions = scheduler.cycle(moment)
+        memory.arrival_cycles += 1
+        by_id = {job.pk: job for job in jobs}
+        if any(admission.job_id not in by_id for admission in decisions.admissions):
+            memory.forget()
+            raise RuntimeError("an arrival cycle admitted a job that is not new; nothing was applied")
+        for admission in decisions.admissions:
+            _admit(by_id[admission.job_id], admission, now)
+        for preemption in decisions.preemptions:
+            _preempt(preemption.job_id, preemption, now)
+        if decisions.admissions or decisions.preemptions:
+            memory.forget()  # what they change is read afresh by the next cycle
+        moved = []
+        for waiting in decisions.waiting:
+            job = by_id.get(waiting.job_id)
+            if job is None:
+                continue  # an earlier job: it waits as the last full cycle said
+            if Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
+                pending_reason=waiting.reason, status_message=waiting.message, queue_position=waiting.position
+            ):
+                job.pending_reason, job.status_message, job.queue_position = (
+                    waiting.reason,
+                    waiting.message,
+                    waiting.position,
+                )
+                moved.append(job)
+        live.queue_changed(jobs=moved)
+    return decisions
+
+
+def _holding_now(pool_ids: set[int]) -> dict[int, bool]:
+    """job id -> stopping, of the jobs holding GPUs in these pools now (as ServiceMemory.keep has them)."""
+    rows = Job.objects.filter(status__in=lifecycle.HOLDS_GPUS, pool_id__in=list(pool_ids)).values_list(
+        "pk", "cancel_requested_at", "preempt_requested_at"
+    )
+    return {pk: bool(cancel or preempt) for pk, cancel, preempt in rows}
+
+
+def scheduling_cycle(*, now: datetime | None = None, memory: ServiceMemory | None = None) -> Decisions:
     """Admit what fits, start preemptions, and tell every waiting job why and roughly when.
 
     The one way jobs get admitted. Runs in one transaction under a
     cross-process lock, and moves each job with a conditional update, so
     concurrent cycles and submissions cannot over-admit. Launching and
-    stopping happen after commit, in the worker.
+    stopping happen after commit, in the worker. ``memory`` (the scheduler service's): kept for arrival cycles
+    when this cycle decides nothing (service_cycle).
     """
     now = now or timezone.now()
+    if memory is not None:
+        memory.forget()
     with transaction.atomic():
         _lock_cycle()
         heartbeats.beat(heartbeats.CYCLE)  # /healthz: the age of the last cycle
@@ -190,11 +294,17 @@ def scheduling_cycle(*, now: datetime | None = None) -> Decisions:
         if not queued:
             return Decisions()
         snapshot, holding = cycle_snapshot(queued=list(queued.values()), now=now, from_history=True)
-        decisions = schedule(snapshot, now=now.timestamp())
+        if memory is None:
+            decisions = schedule(snapshot, now=now.timestamp())
+        else:  # the same decisions (tests/quotas/test_incremental_equivalence.py), and an object to keep
+            scheduler = IncrementalScheduler(snapshot, arrivals_window=settings.PORTAL_SCHEDULER_PERIOD_SECONDS)
+            decisions = scheduler.cycle(now.timestamp())
+            if not decisions.admissions and not decisions.preemptions:
+                memory.keep(scheduler, now, holding)
         for admission in decisions.admissions:
             _admit(queued[admission.job_id], admission, now)
         for preemption in decisions.preemptions:
-            _preempt(holding[preemption.job_id], preemption, now)
+            _preempt(preemption.job_id, preemption, now)
         ranges = start_ranges(snapshot, decisions, now=now)
         moved = []
         for waiting in decisions.waiting:
@@ -369,23 +479,7 @@ def cycle_snapshot(
             )
             for pool in pools.values()
         },
-        pending=tuple(
-            PendingJob(
-                job_id=job.pk,
-                pool_id=job.pool_id,
-                department=job.department.slug,
-                priority=job.priority.value,
-                submitted_at=job.created_at.timestamp(),
-                workers=job.workers,
-                gpus_per_worker=job.gpus_per_worker,
-                preemptible=job.priority.preemptible,
-                max_runtime=job.max_runtime_seconds,
-                nominated=job.pending_reason == "preemption_in_progress",
-                attained=job.gpu_seconds,
-                expected_runtime=expected.of(job),
-            )
-            for job in queued
-        ),
+        pending=tuple(pending_view(job, expected) for job in queued),
         running=tuple(running),
         quotas=tuple(quotas),
         fifo=dict(Department.objects.values_list("slug", "queueing")),
@@ -393,15 +487,32 @@ def cycle_snapshot(
     return snapshot, holding
 
 
-def _preempt(job: Job, preemption: Preemption, now: datetime) -> None:
+def pending_view(job: Job, expected: Runtimes) -> PendingJob:
+    """What the scheduler sees of a queued job."""
+    return PendingJob(
+        job_id=job.pk,
+        pool_id=job.pool_id,
+        department=job.department.slug,
+        priority=job.priority.value,
+        submitted_at=job.created_at.timestamp(),
+        workers=job.workers,
+        gpus_per_worker=job.gpus_per_worker,
+        preemptible=job.priority.preemptible,
+        max_runtime=job.max_runtime_seconds,
+        nominated=job.pending_reason == "preemption_in_progress",
+        attained=job.gpu_seconds,
+        expected_runtime=expected.of(job),
+    )
+
+
+def _preempt(job_id: int, preemption: Preemption, now: datetime) -> None:
     """Ask a running job to stop for another; it is re-queued when it has stopped (jobs.services.job_observe)."""
-    updated = Job.objects.filter(pk=job.pk, status__in=lifecycle.HOLDS_GPUS, preempt_requested_at__isnull=True).update(
+    updated = Job.objects.filter(pk=job_id, status__in=lifecycle.HOLDS_GPUS, preempt_requested_at__isnull=True).update(
         preempt_requested_at=now,
         preempt_reason=preemption.reason,
         status_message=f"{preemption.message} Workers get SIGTERM and the grace period, then it is queued again.",
     )
     if updated:
-        job_id = job.pk
         transaction.on_commit(lambda: tasks.cancel_job.delay(job_id))
 
 

@@ -139,6 +139,10 @@ class CycleRequest(models.Model):
 
     reason = models.CharField(max_length=40)
     requested_at = models.DateTimeField(auto_now_add=True)
+    # The job a submission queued (reason "submitted"): with only such requests since a cycle that decided nothing,
+    # the service decides those jobs alone (jobs.admission.service_cycle). Not a foreign key: a request outlives
+    # nothing and must not hold a deleted job back.
+    job_id = models.BigIntegerField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"cycle request {self.pk} ({self.reason})"

@@ -11,9 +11,12 @@ lock, a lease row on SQLite) and the others wait to take over. The leader:
 - runs a cycle at least every PORTAL_SCHEDULER_PERIOD_SECONDS without requests, for what only time changes (a
   loan's end, an estimate, a minimum runtime passed);
 - deletes the requests it has handled: those it read before the cycle started, so a request committed during a
-  cycle is handled by the next one, never lost.
+  cycle is handled by the next one, never lost;
+- when the requests are all submissions and its last full cycle decided nothing, decides the new jobs alone on what
+  that cycle kept (jobs.admission.service_cycle: an arrival cycle), after checking under the cycle lock that nothing
+  else changed; otherwise, and at least every period, a full cycle.
 
-Each cycle is jobs.admission.scheduling_cycle: under the cross-process cycle lock, reading the database afresh and
+Each full cycle is jobs.admission.scheduling_cycle: under the cross-process cycle lock, reading the database afresh and
 moving each job with a conditional update, so no two cycles (two leaders for a moment included) can over-commit a
 pool. A cycle that fails is logged and retried at the next wake-up; the requests stay.
 """
@@ -62,9 +65,16 @@ class Timing:
         )
 
 
-def pending_requests() -> list[int]:
-    """The ids of the requests no cycle has handled yet, oldest first (at most BATCH)."""
-    return list(CycleRequest.objects.order_by("pk").values_list("pk", flat=True)[:BATCH])
+def pending_requests() -> list[tuple[int, str, int | None]]:
+    """(id, reason, job id) of the requests no cycle has handled yet, oldest first (at most BATCH)."""
+    return list(CycleRequest.objects.order_by("pk").values_list("pk", "reason", "job_id")[:BATCH])
+
+
+def arrivals(requests: list[tuple[int, str, int | None]]) -> list[int] | None:
+    """The jobs the requests queued, when submissions are all they say happened; else None (a full cycle)."""
+    if not requests or any(reason != "submitted" or job_id is None for _, reason, job_id in requests):
+        return None
+    return [job_id for _, _, job_id in requests if job_id is not None]
 
 
 class SchedulerService:
@@ -76,19 +86,22 @@ class SchedulerService:
         *,
         lead: Leadership | None = None,
         timing: Timing | None = None,
-        cycle: Callable[[], object] = admission.scheduling_cycle,
+        cycle: Callable[[], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
         tidy: Callable[[], None] = close_old_connections,
         beat: Callable[[], None] = lambda: heartbeats.beat_safely(heartbeats.SCHEDULER),
     ):
-        """``tidy`` drops connections a database outage broke (tests, inside their transaction, pass a no-op);
-        ``beat`` records the service's heartbeat."""
+        """``cycle``: what a cycle runs (default: jobs.admission.service_cycle with the requests it handles and the
+        service's memory); ``tidy`` drops connections a database outage broke (tests, inside their transaction, pass a
+        no-op); ``beat`` records the service's heartbeat."""
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.lead = lead or leadership(
             LEADER_NAME, admission.LEADER_LOCK_KEY, holder=self.holder, channel=admission.CHANNEL
         )
         self.timing = timing or Timing.from_settings()
-        self.cycle = cycle
+        self.cycle = cycle or self._service_cycle
+        self.memory = admission.ServiceMemory()
+        self._handling: list[tuple[int, str, int | None]] = []  # the requests the cycle running now handles
         self.clock = clock
         self.tidy, self.beat = tidy, beat
         self.leading = False
@@ -123,6 +136,7 @@ class SchedulerService:
             self.leading = True
             self._last_renew = self.clock()
             log.info("scheduler %s: leading; a full cycle first", self.holder)
+            self.memory.forget()
             self._run_cycle(pending_requests)  # whatever happened while nobody led
         else:
             stop.wait(self.timing.retry)
@@ -133,6 +147,7 @@ class SchedulerService:
             if not self.lead.renew():
                 log.warning("scheduler %s: lost the lead; standing by", self.holder)
                 self.leading = False
+                self.memory.forget()  # another leader may change anything meanwhile
                 return
             self._last_renew = now
         due = self._last_cycle + self.timing.period
@@ -154,16 +169,20 @@ class SchedulerService:
         elif self.clock() >= due:
             self._run_cycle(lambda: [])
 
-    def _run_cycle(self, requests: Callable[[], list[int]]) -> None:
+    def _run_cycle(self, requests: Callable[[], list[tuple[int, str, int | None]]]) -> None:
         """Read the requests, run one cycle, and delete what it handled (only after it succeeded)."""
         try:
-            handled = requests()
+            self._handling = handled = requests()
             self.cycle()
             self.cycles += 1
             if handled:
-                CycleRequest.objects.filter(pk__in=handled).delete()
+                CycleRequest.objects.filter(pk__in=[pk for pk, _, _ in handled]).delete()
         except Exception:
             log.exception("scheduler: the cycle failed; the requests stay for the next one")
+            self.memory.forget()
             self.tidy()
         finally:
             self._last_cycle = self.clock()
+
+    def _service_cycle(self) -> None:
+        admission.service_cycle(self.memory, arrivals=arrivals(self._handling))

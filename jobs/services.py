@@ -45,7 +45,7 @@ def job_submit(*, user, data: dict, type_errors: dict | None = None, idempotency
             if settings.PORTAL_SCHEDULER != "inline":
                 # The scheduler service's request, in the job's own transaction (one commit, not three): its
                 # NOTIFY leaves at commit, when the job is there to be seen.
-                admission.request_cycle("submitted")
+                admission.request_cycle("submitted", job_id=job.pk)
     except IntegrityError:
         # A concurrent request with the same Idempotency-Key won the race.
         if idempotency_key:

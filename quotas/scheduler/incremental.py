@@ -322,6 +322,23 @@ class IncrementalScheduler:
         book = self._pools[pool_id]
         return book.pending.get(job_id) or book.running.get(job_id)
 
+    def settled(self, pool_id: int, now: float) -> bool:
+        """Would the pool's next cycle at ``now`` be an arrival cycle (or have nothing to decide)?"""
+        book = self._pools.get(pool_id)
+        if book is None:
+            return False
+        settled = self._settled.get(pool_id)
+        if not book.pending:
+            return True
+        return settled is not None and now - settled.at <= self.arrivals_window
+
+    def waiting_pools(self) -> set[int]:
+        """The pools where jobs wait."""
+        return {pool_id for pool_id, book in self._pools.items() if book.pending}
+
+    def pool_ids(self) -> set[int]:
+        return set(self._pools)
+
     def pending_count(self) -> int:
         return sum(len(book.pending) for book in self._pools.values())
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from core import heartbeats
 from core.leases import LeaseRow
 from core.models import Heartbeat, Lease
-from jobs import admission
+from jobs import admission, lifecycle
 from jobs.models import CycleRequest, Job
 from jobs.scheduler_service import SchedulerService, Timing
 
@@ -37,9 +37,10 @@ SUBMISSION = {
 }
 
 
-def submit(world, **fields) -> Job:
-    """A submission through the API, as users make them: the job as the 201 shows it."""
-    response = world.api(world.alice).post("/api/v1/jobs/", SUBMISSION | fields, format="json")
+def submit(world, user=None, **fields) -> Job:
+    """A submission through the API, as users make them (alice's, in vision, unless ``user``): the job as the 201
+    shows it."""
+    response = world.api(user or world.alice).post("/api/v1/jobs/", SUBMISSION | fields, format="json")
     assert response.status_code == 201, response.json()
     body = response.json()
     job = Job.objects.get(pk=body["id"])
@@ -179,3 +180,94 @@ def test_the_reconcile_covers_for_a_scheduler_service_that_is_down(world, servic
     Heartbeat.objects.filter(name=heartbeats.CYCLE).update(beat_at=timezone.now() - timedelta(seconds=60))
     assert admission.periodic_cycle() is not None
     assert Job.objects.get(name="second").status == "admitted"
+
+
+# --- arrival cycles: a submission after a cycle that decided nothing is decided alone ----------------------------
+
+
+def held_gpus() -> list[tuple[str, int]]:
+    """Every (node, GPU) a job holds, once per job that holds it."""
+    return [
+        (slot["node"], gpu)
+        for placement in Job.objects.filter(status__in=lifecycle.HOLDS_GPUS).values_list("placement", flat=True)
+        for slot in placement
+        for gpu in slot["gpus"]
+    ]
+
+
+def a_quiet_pool(world) -> admission.ServiceMemory:
+    """The 8-GPU pool: 6 GPUs held by one job, a 4-GPU job waiting; the service's last cycle decided nothing."""
+    memory = admission.ServiceMemory()
+    submit(world, name="big", gpus_per_worker=6)
+    admission.service_cycle(memory, arrivals=None)
+    assert Job.objects.get(name="big").status == "admitted"
+    submit(world, name="blocked", gpus_per_worker=4)
+    decided = admission.service_cycle(memory, arrivals=None)
+    assert decided.admissions == [] and memory.scheduler is not None
+    return memory
+
+
+def test_a_submission_after_a_quiet_cycle_is_decided_alone_and_admitted(world, service_mode):
+    memory = a_quiet_pool(world)
+    small = submit(world, user=world.bob, name="small", department="nlp", gpus_per_worker=2)
+
+    admission.service_cycle(memory, arrivals=[small.pk])
+
+    assert memory.arrival_cycles == 1
+    small.refresh_from_db()
+    assert small.status == "admitted" and len(small.placement[0]["gpus"]) == 2
+    assert Job.objects.get(name="blocked").status == "queued"
+    assert len(held_gpus()) == len(set(held_gpus())) == 8
+
+
+def test_a_submission_that_cannot_start_is_told_why_by_the_arrival_cycle(world, service_mode):
+    memory = a_quiet_pool(world)
+    late = submit(world, name="late", gpus_per_worker=4)
+
+    admission.service_cycle(memory, arrivals=[late.pk])
+
+    assert memory.arrival_cycles == 1
+    late.refresh_from_db()
+    assert late.status == "queued" and late.pending_reason and late.status_message
+    assert late.queue_position == 2  # behind the job that waited before it
+
+
+def test_gpus_taken_behind_the_service_s_back_make_the_next_cycle_a_full_one(world, service_mode):
+    # Another leader (or anything that wrote without a request) admitted a job into the 2 free GPUs after the
+    # service's last cycle: what the service remembers is stale, and an arrival decided on it would be placed on
+    # those same GPUs.
+    memory = a_quiet_pool(world)
+    submit(world, user=world.bob, name="elsewhere", department="nlp", gpus_per_worker=2)
+    admission.scheduling_cycle()
+    assert Job.objects.get(name="elsewhere").status == "admitted"
+    small = submit(world, user=world.bob, name="small", department="nlp", gpus_per_worker=2)
+
+    admission.service_cycle(memory, arrivals=[small.pk])
+
+    assert len(held_gpus()) == len(set(held_gpus())) == 8  # no GPU given twice
+    assert Job.objects.get(name="small").status == "queued"
+    assert memory.arrival_cycles == 0  # a full cycle read what had changed
+
+
+def test_the_service_decides_a_submission_alone_after_a_quiet_cycle(world, service_mode):
+    stop = threading.Event()
+    svc = SchedulerService(lead=lease("me", Clock()), timing=Timing(delay=0, period=0, heartbeat=3600), **QUIET)
+    real, seen = svc.cycle, []
+
+    def cycle():
+        real()
+        seen.append(svc.memory.arrival_cycles)
+        if len(seen) == 2:  # the periodic cycle found big running and blocked waiting: nothing decided
+            submit(world, user=world.bob, name="small", department="nlp", gpus_per_worker=2)
+        if len(seen) == 3:
+            stop.set()
+
+    svc.cycle = cycle
+    submit(world, name="big", gpus_per_worker=6)
+    submit(world, name="blocked", gpus_per_worker=4)
+    svc.run(stop)
+    # 1: full (it leads; admits big), 2: full (periodic; decides nothing), 3: the submission's, an arrival cycle
+    assert seen == [0, 0, 1]
+    assert Job.objects.get(name="small").status == "admitted"
+    assert Job.objects.get(name="blocked").status == "queued"
+    assert not CycleRequest.objects.exists()
