@@ -96,3 +96,22 @@ def test_a_moment_can_settle_on_every_change_as_the_scheduler_service_does(itp):
     assert settled["jobs"] == default["jobs"] == 180 and settled["never_started"] == 0
     # nobody waits longer for being looked at again sooner
     assert settled["mean_queue_s"] <= default["mean_queue_s"] * 1.05
+
+
+def test_service_cycle_bench_times_full_and_arrival_cycles_on_a_database_of_its_own(tmp_path):
+    """bench.service_cycle in a process of its own (it sets up Django on a fresh SQLite data root)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.processes import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}}
+    env["TMPDIR"] = str(tmp_path)
+    out = tmp_path / "out.json"
+    argv = ["--queued", "40", "--nodes", "2", "--arrivals", "3", "--repeat", "1", "--json", str(out)]
+    subprocess.run([sys.executable, "-m", "bench.service_cycle", *argv], cwd=ROOT, env=env, check=True, timeout=300)
+    report = json.loads(out.read_text())
+    assert report["queued"] == 40 and report["database"] == "sqlite3"
+    assert report["arrival_cycles"] == 3  # each submission after the quiet full cycle was decided alone
+    assert 0 < report["arrival_cycle_s_p50"] <= report["arrival_cycle_s_p95"] and report["full_cycle_s_p50"] > 0
