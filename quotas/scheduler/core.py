@@ -72,7 +72,7 @@ class _Cycle(RoomMaker):
         are being reclaimed for a guaranteed job nothing borrows them. The eviction and move budgets start again."""
         self.now, self.decisions, self.waiting = now, decisions, []
         self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE
-        self._borrowers_at, self._once_stopped = -1, {}  # keyed by counts of the earlier cycle's decisions
+        self._borrowers_at, self._once_stopped, self._no_room = -1, {}, {}  # keyed by counts of the earlier decisions
         key = queue_key(self.snapshot.service)
         queues: dict[str, list[PendingJob]] = defaultdict(list)
         for job in sorted(arrivals, key=key, reverse=True):
@@ -176,8 +176,49 @@ class _Cycle(RoomMaker):
         return True
 
     def _try(self, job: PendingJob, head: bool = True) -> None:
-        if self._admit_if_fits(job):
+        # A job like one that found no room since the cycle last changed (nothing admitted, evicted or booked, the
+        # same search budgets left) finds none either: the same reason and message, without placing and searching
+        # again. Everything the answer depends on is in the key; no message names the job itself.
+        key = (
+            job.department,
+            job.workers,
+            job.gpus_per_worker,
+            job.preemptible,
+            job.priority,
+            job.attained,
+            job.nominated,
+            len(self.decisions.admissions),
+            len(self.decisions.preemptions),
+            len(self.booked),
+            self.searches_left,
+            self.moves_left,
+            None if self.reclaiming_for is None else self.reclaiming_for.job_id,
+        )
+        found = self._no_room.get(key)
+        if found is None:
+            found = self._place_or_make_room(job)
+            if found is None:
+                return  # admitted
+            if key[7:12] == (
+                len(self.decisions.admissions),
+                len(self.decisions.preemptions),
+                len(self.booked),
+                self.searches_left,
+                self.moves_left,
+            ):
+                self._no_room[key] = found
+        reason, message = found
+        self.waiting.append((job.job_id, reason, message))
+        if not head:
             return
+        self.head_reasons[job.department] = reason
+        shadow = None if reason in ("borrowing_limit", "quota_exhausted") else self.releases.first_free(job.gpus)
+        self.heads[job.department] = [job, shadow, self.releases.in_use_at(shadow) if shadow is not None else 0.0]
+
+    def _place_or_make_room(self, job: PendingJob) -> tuple[str, str] | None:
+        """None if ``job`` was admitted, else why it waits (after making room for it where that is possible)."""
+        if self._admit_if_fits(job):
+            return None
         if self.reclaiming_for is not None and not self.ledger.within_nominal(job.department, job.gpus):
             reason, message = (
                 "quota_exhausted",
@@ -190,12 +231,7 @@ class _Cycle(RoomMaker):
             )
         else:
             reason, message = self._make_room(job, *self._why(job))
-        self.waiting.append((job.job_id, reason, message))
-        if not head:
-            return
-        self.head_reasons[job.department] = reason
-        shadow = None if reason in ("borrowing_limit", "quota_exhausted") else self.releases.first_free(job.gpus)
-        self.heads[job.department] = [job, shadow, self.releases.in_use_at(shadow) if shadow is not None else 0.0]
+        return reason, message
 
     def _behind_blocked_head(self, job: PendingJob) -> None:
         head, shadow, at_shadow = self.heads[job.department]

@@ -127,7 +127,9 @@ class Ledger:
             )
         idle = max(0.0, self.capacity - (self.kept_total - self._kept_back(department)) - used)
         others = {d: self._kept_back(d) for d in set(self.quota) | set(self.usage) if d != department}
-        holders = ", ".join(f"{d} {v:g}" for d, v in sorted(others.items(), key=lambda kv: -kv[1])[:5] if v > 0)
+        holders = ", ".join(
+            f"{d} {v:g}" for d, v in sorted(others.items(), key=lambda kv: (-kv[1], kv[0]))[:5] if v > 0
+        )
         borrowed = f" ({used - nominal:g} borrowed)" if used > nominal else ""
         return "quota_exhausted", (
             f"{department} uses {used:g}/{nominal:g} {self.pool.name} GPUs{borrowed}; this job needs {gpus:g} more "

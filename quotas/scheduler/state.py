@@ -71,6 +71,7 @@ class CycleState:
         self._borrowers_at = -1
         self._borrowers_cache: list[tuple[str, float]] = []
         self._once_stopped: dict[tuple[Any, ...], bool] = {}
+        self._no_room: dict[tuple[Any, ...], tuple[str, str]] = {}  # core._try: shapes that found no room
         self._stopping_ids: tuple[int, str] = (
             -1,
             "",
