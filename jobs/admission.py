@@ -245,18 +245,18 @@ def _arrival_cycle(memory: ServiceMemory, arrivals: list[int], now: datetime) ->
             memory.forget()  # what they change is read afresh by the next cycle
         moved = []
         for waiting in decisions.waiting:
-            job = by_id.get(waiting.job_id)
-            if job is None:
+            new = by_id.get(waiting.job_id)
+            if new is None:
                 continue  # an earlier job: it waits as the last full cycle said
-            if Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
+            if Job.objects.filter(pk=new.pk, status=lifecycle.QUEUED).update(
                 pending_reason=waiting.reason, status_message=waiting.message, queue_position=waiting.position
             ):
-                job.pending_reason, job.status_message, job.queue_position = (
+                new.pending_reason, new.status_message, new.queue_position = (
                     waiting.reason,
                     waiting.message,
                     waiting.position,
                 )
-                moved.append(job)
+                moved.append(new)
         live.queue_changed(jobs=moved)
     return decisions
 
