@@ -194,19 +194,21 @@ class _Cycle(RoomMaker):
             self.moves_left,
             None if self.reclaiming_for is None else self.reclaiming_for.job_id,
         )
-        found = self._no_room.get(key)
+        # Without the budgets: a job like one whose eviction or move search failed since the cycle last changed. Its
+        # search would fail too (the same state; less budget left can only search less), so it does not spend what
+        # is left of the budget on it: identical jobs at the head of a long queue used to take all of it.
+        searched = key[:10] + key[12:]
+        found = self._no_room.get(key) or self._no_room.get(searched)
         if found is None:
+            budgets = (self.searches_left, self.moves_left)
             found = self._place_or_make_room(job)
             if found is None:
                 return  # admitted
-            if key[7:12] == (
-                len(self.decisions.admissions),
-                len(self.decisions.preemptions),
-                len(self.booked),
-                self.searches_left,
-                self.moves_left,
-            ):
-                self._no_room[key] = found
+            if key[7:10] == (len(self.decisions.admissions), len(self.decisions.preemptions), len(self.booked)):
+                if budgets == (self.searches_left, self.moves_left):
+                    self._no_room[key] = found
+                else:
+                    self._no_room[searched] = found
         reason, message = found
         self.waiting.append((job.job_id, reason, message))
         if not head:

@@ -160,3 +160,28 @@ def test_work_that_cannot_be_preempted_goes_where_such_work_already_is(monkeypat
     assert node_of(pending(1, "vision", gpus=2)) == {"n0"}  # preemptible work is placed as the policy says
     monkeypatch.setattr("quotas.scheduler.placement.occupancy.Occupancy._place_preferred", lambda *a: None)
     assert node_of(pending(1, "vision", gpus=2, preemptible=False)) == {"n0"}
+
+
+def test_identical_jobs_whose_search_failed_do_not_spend_the_search_budget_of_the_jobs_behind_them():
+    # Two nodes, each half held by work that cannot be preempted (audio's, within its nominal) and half by nlp's
+    # borrowed work. vision's 8-GPU jobs are guaranteed, but evicting every borrower leaves 4 + 4 free GPUs on two
+    # nodes: no eviction or move can start one. 70 of them wait; behind them, vision's 4-GPU job, which reclaiming
+    # one borrower would start. The first 8-GPU job's failed search says the others' searches fail too: they must
+    # not use up the cycle's searches (quotas.scheduler.state.EVICTION_SEARCHES_PER_CYCLE, 64) before it.
+    held = [
+        running(10, "audio", [[0, 1, 2, 3]], node="n0", preemptible=False),
+        running(11, "audio", [[0, 1, 2, 3]], node="n1", preemptible=False),
+        running(20, "nlp", [[4, 5, 6, 7]], node="n0", priority=100),
+        running(21, "nlp", [[4, 5, 6, 7]], node="n1", priority=100),
+    ]
+    big = [pending(i, "vision", gpus=8, priority=500, preemptible=False) for i in range(1, 71)]
+    small = pending(100, "vision", gpus=4, priority=100, preemptible=False)
+    d = cycle(
+        [*big, small],
+        held,
+        quotas=(quota("vision", 8), quota("audio", 8), quota("nlp", 0)),
+        pool={"nodes": 2},
+    )
+    assert [(p.job_id, p.for_job) for p in d.preemptions] == [(20, 100)]
+    assert reasons(d)[100] == "preemption_in_progress"
+    assert {reasons(d)[job.job_id] for job in big} == {"no_capacity"}
