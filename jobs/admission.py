@@ -40,6 +40,7 @@ from quotas.scheduler import (
     RunningJob,
     Slot,
     Snapshot,
+    Waiting,
     schedule,
 )
 from quotas.scheduler.eta import StartRanges, expected_end, likely_end, likely_starts
@@ -243,20 +244,13 @@ def _arrival_cycle(memory: ServiceMemory, arrivals: list[int], now: datetime) ->
             _preempt(preemption.job_id, preemption, now)
         if decisions.admissions or decisions.preemptions:
             memory.forget()  # what they change is read afresh by the next cycle
-        moved = []
-        for waiting in decisions.waiting:
-            new = by_id.get(waiting.job_id)
-            if new is None:
-                continue  # an earlier job: it waits as the last full cycle said
-            if Job.objects.filter(pk=new.pk, status=lifecycle.QUEUED).update(
-                pending_reason=waiting.reason, status_message=waiting.message, queue_position=waiting.position
-            ):
-                new.pending_reason, new.status_message, new.queue_position = (
-                    waiting.reason,
-                    waiting.message,
-                    waiting.position,
-                )
-                moved.append(new)
+        # the new jobs' reasons (an earlier job waits as the last full cycle said); their estimates come with the
+        # next full cycle
+        moved = [
+            by_id[waiting.job_id]
+            for waiting in decisions.waiting
+            if waiting.job_id in by_id and _tell_waiting(by_id[waiting.job_id], waiting, None, None)
+        ]
         live.queue_changed(jobs=moved)
     return decisions
 
@@ -306,29 +300,37 @@ def scheduling_cycle(*, now: datetime | None = None, memory: ServiceMemory | Non
         for preemption in decisions.preemptions:
             _preempt(preemption.job_id, preemption, now)
         ranges = start_ranges(snapshot, decisions, now=now)
-        moved = []
-        for waiting in decisions.waiting:
-            job = queued[waiting.job_id]
-            likely, latest = ranges[waiting.job_id]
-            if (
-                (job.pending_reason, job.status_message, job.queue_position)
-                != (waiting.reason, waiting.message, waiting.position)
-                or _moved(job.estimated_start, likely)
-                or _moved(job.latest_start, latest)
-            ):
-                if Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
-                    pending_reason=waiting.reason,
-                    status_message=waiting.message,
-                    queue_position=waiting.position,
-                    estimated_start=likely,
-                    latest_start=latest,
-                ):
-                    job.pending_reason, job.status_message = waiting.reason, waiting.message
-                    job.queue_position, job.estimated_start, job.latest_start = waiting.position, likely, latest
-                    moved.append(job)
+        moved = [
+            queued[waiting.job_id]
+            for waiting in decisions.waiting
+            if _tell_waiting(queued[waiting.job_id], waiting, *ranges[waiting.job_id])
+        ]
         # No transition tells their departments' open pages about these: say it once per department.
         live.queue_changed(jobs=moved)
     return decisions
+
+
+def _tell_waiting(job: Job, waiting: Waiting, likely: datetime | None, latest: datetime | None) -> bool:
+    """Write why ``job`` waits, its place and start range, where they changed (an estimate only when it moves by
+    more than a minute), with a conditional update; True if it was written."""
+    if (
+        (job.pending_reason, job.status_message, job.queue_position)
+        == (waiting.reason, waiting.message, waiting.position)
+        and not _moved(job.estimated_start, likely)
+        and not _moved(job.latest_start, latest)
+    ):
+        return False
+    if not Job.objects.filter(pk=job.pk, status=lifecycle.QUEUED).update(
+        pending_reason=waiting.reason,
+        status_message=waiting.message,
+        queue_position=waiting.position,
+        estimated_start=likely,
+        latest_start=latest,
+    ):
+        return False
+    job.pending_reason, job.status_message = waiting.reason, waiting.message
+    job.queue_position, job.estimated_start, job.latest_start = waiting.position, likely, latest
+    return True
 
 
 def _hold_for_unusable_clusters(queued: dict[int, Job]) -> None:

@@ -176,10 +176,13 @@ class _Cycle(RoomMaker):
         return True
 
     def _try(self, job: PendingJob, head: bool = True) -> None:
-        # A job like one that found no room since the cycle last changed (nothing admitted, evicted or booked, the
-        # same search budgets left) finds none either: the same reason and message, without placing and searching
-        # again. Everything the answer depends on is in the key; no message names the job itself.
-        key = (
+        # A job like one that found no room since the cycle last changed (nothing admitted, evicted or booked) finds
+        # none either: the same reason and message, without placing again. Everything the answer depends on is in
+        # the key; no message names the job itself. With the same search budgets left the answer is the same; and
+        # where that job's eviction or move search failed, this one's would too (less budget can only search less),
+        # so it does not spend what is left of the budget: identical jobs at the head of a long queue used to take
+        # all of it.
+        shape = (
             job.department,
             job.workers,
             job.gpus_per_worker,
@@ -187,28 +190,18 @@ class _Cycle(RoomMaker):
             job.priority,
             job.attained,
             job.nominated,
-            len(self.decisions.admissions),
-            len(self.decisions.preemptions),
-            len(self.booked),
-            self.searches_left,
-            self.moves_left,
             None if self.reclaiming_for is None else self.reclaiming_for.job_id,
         )
-        # Without the budgets: a job like one whose eviction or move search failed since the cycle last changed. Its
-        # search would fail too (the same state; less budget left can only search less), so it does not spend what
-        # is left of the budget on it: identical jobs at the head of a long queue used to take all of it.
-        searched = key[:10] + key[12:]
-        found = self._no_room.get(key) or self._no_room.get(searched)
+        state = (len(self.decisions.admissions), len(self.decisions.preemptions), len(self.booked))
+        budgets = (self.searches_left, self.moves_left)
+        found = self._no_room.get((shape, state, budgets)) or self._no_room.get((shape, state))
         if found is None:
-            budgets = (self.searches_left, self.moves_left)
             found = self._place_or_make_room(job)
             if found is None:
                 return  # admitted
-            if key[7:10] == (len(self.decisions.admissions), len(self.decisions.preemptions), len(self.booked)):
-                if budgets == (self.searches_left, self.moves_left):
-                    self._no_room[key] = found
-                else:
-                    self._no_room[searched] = found
+            if state == (len(self.decisions.admissions), len(self.decisions.preemptions), len(self.booked)):
+                searched = budgets != (self.searches_left, self.moves_left)
+                self._no_room[(shape, state) if searched else (shape, state, budgets)] = found
         reason, message = found
         self.waiting.append((job.job_id, reason, message))
         if not head:

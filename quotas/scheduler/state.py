@@ -48,8 +48,8 @@ class CycleState:
         # Who may be evicted (preemptible, ran its minimum, not stopping): the GPUs of each department's, and the
         # GPUs of those long-served enough for service evictions (an upper bound), for the cheap bound of
         # room._eviction_could_help. Their eviction order (``evictable``, ``by_service``, sorted) and the nodes
-        # holding work that cannot be preempted (``pinned``) are made when a cycle first needs them: most cycles
-        # of a busy pool never evict.
+        # holding work that cannot be preempted (``pinned``) are made when a cycle first needs them: a cycle whose
+        # bound rules every search out, or that places no such work, does not sort them.
         self.evictable_gpus: dict[str, float] = defaultdict(float)
         self._candidates: list[RunningJob] = []
         min_runtime = pool.min_runtime_seconds
