@@ -24,6 +24,7 @@ from collections import defaultdict
 from typing import Any
 
 from quotas.scheduler.eta import estimate_starts
+from quotas.scheduler.moves import find_packing
 from quotas.scheduler.placement import FULL
 from quotas.scheduler.room import RoomMaker
 from quotas.scheduler.state import EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE, queue_key
@@ -153,8 +154,7 @@ class _Cycle(RoomMaker):
             return False
         if self.ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
             return False
-        pinned = not job.preemptible and 1 <= job.gpus_per_worker < self.pool.gpus_per_node
-        slots = self.occupancy.place(job.workers, job.gpus_per_worker, prefer=self.pinned if pinned else ())
+        slots = self.occupancy.place(job.workers, job.gpus_per_worker, prefer=self.pinned if self._pins(job) else ())
         if slots is None:
             return False
         if not job.preemptible:
@@ -212,6 +212,10 @@ class _Cycle(RoomMaker):
 
     def _place_or_make_room(self, job: PendingJob) -> tuple[str, str] | None:
         """None if ``job`` was admitted, else why it waits (after making room for it where that is possible)."""
+        if self._pins(job):
+            packed = self._pack(job)
+            if packed is not None:
+                return packed
         if self._admit_if_fits(job):
             return None
         if self.reclaiming_for is not None and not self.ledger.within_nominal(job.department, job.gpus):
@@ -227,6 +231,44 @@ class _Cycle(RoomMaker):
         else:
             reason, message = self._make_room(job, *self._why(job))
         return reason, message
+
+    def _pins(self, job: PendingJob) -> bool:
+        """Work that cannot be preempted and leaves part of a node free: it goes where such work is already."""
+        return not job.preemptible and 1 <= job.gpus_per_worker < self.pool.gpus_per_node
+
+    def _pack(self, job: PendingJob) -> tuple[str, str] | None:
+        """Before ``job`` (``_pins``) takes a node that no such work holds yet, make room for it on one that does, by
+        moving preemptible work off it (moves.find_packing); why it then waits, or None where it is placed as
+        usual (it fits on such a node already, or none can be cleared, or it may not start anyway)."""
+        if self.moves_left <= 0 or not self.pinned or job.gpus * FULL > self.occupancy.free_units + 1e-6:
+            return None
+        if self.reclaiming_for is not None and not self.ledger.within_nominal(job.department, job.gpus):
+            return None
+        if self.ledger.refusal(job.department, job.gpus, may_borrow=False) is not None:
+            return None
+        slots = self.occupancy.place(job.workers, job.gpus_per_worker, prefer=self.pinned)
+        if slots is None:
+            return None
+        self.occupancy.release(slots)
+        if all(slot.node in self.pinned for slot in slots):
+            return None
+        self.moves_left -= 1
+        victims = find_packing(
+            job, self.ledger, self.occupancy, self._on_node(), {r.job_id for r in self.evictable}, self.pinned, self.now
+        )
+        if not victims:
+            return None
+        names = []
+        for victim, why in victims:
+            self._evict(victim, why, job, packing=True)
+            names.append(f"#{victim.job_id} ({victim.department}, {why})")
+        self._book(job)
+        return "preemption_in_progress", (
+            f"Moving {', '.join(names)} to make room for it beside other work that cannot be preempted; it starts "
+            "when they stop."
+            if self.snapshot.explain
+            else ""
+        )
 
     def _behind_blocked_head(self, job: PendingJob) -> None:
         head, shadow, at_shadow = self.heads[job.department]

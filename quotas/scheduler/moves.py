@@ -214,3 +214,82 @@ def _make_way(
         taken.append((run.department, run.gpus, False))
         plan.append((run, "move"))
     return again
+
+
+def find_packing(
+    job: PendingJob,
+    ledger: Ledger,
+    occupancy: Occupancy,
+    on_node: dict[str, list[RunningJob]],
+    movable: set[int],
+    pinned: set[str],
+    now: float,
+) -> list[tuple[RunningJob, str]] | None:
+    """Room for a one-worker job that cannot be preempted, on a node already holding such work, by moving preemptible
+    work off it: (victim, "reclaim" | "move") pairs, or None where no pinned node can be so cleared enough.
+
+    Work that cannot be preempted blocks its node for every guaranteed gang of whole nodes until it ends. Placed
+    wherever a GPU is free, a trickle of 1-GPU jobs of that kind ends up on a node each, and a department within
+    its nominal then has its room in ones and twos on nodes nothing may clear (ITP cluster 04 on 384 GPUs: every
+    free GPU on four such nodes, one 1-GPU job of that kind on each). Kept together, they block as few nodes as
+    their GPUs fill. The node chosen is the one where the least work moves (least unsaved work among equals), and
+    every moved workload that stays guaranteed must be placed again at once elsewhere; a borrowed one is reclaimed.
+    """
+    if job.workers != 1 or job.gpus_per_worker < 1:
+        return None
+    need = int(job.gpus_per_worker)
+    best = None  # (GPUs moved, work lost, node, victims)
+    for node in sorted(pinned, key=occupancy.index.__getitem__):  # in pool order: the same answer every run
+        free = len(occupancy.whole_free[node])
+        if free >= need:
+            return None  # it fits on a pinned node as things stand: nothing to move
+        holders = sorted(
+            (r for r in on_node.get(node, ()) if r.job_id in movable and len(r.slots) == 1 and not r.slots[0].fraction),
+            key=lambda r: (r.gpus, r.unsaved(now)),
+        )
+        victims, gained = [], free
+        for run in holders:
+            if gained >= need:
+                break
+            victims.append(run)
+            gained += len(run.slots[0].gpus)
+        if gained >= need:
+            cost = (sum(v.gpus for v in victims), sum(v.unsaved(now) * v.gpus for v in victims))
+            if best is None or cost < best[:2]:
+                best = (*cost, node, victims)
+    if best is None:
+        return None
+    *_, node, victims = best
+    for victim in victims:
+        occupancy.release(victim.slots)
+        ledger.remove(victim.department, victim.gpus)
+    placed: list[list[Slot]] = []
+    taken: list[tuple[str, float]] = []
+    try:
+        slots = occupancy.place(1, job.gpus_per_worker, prefer=(node,))
+        if slots is None or slots[0].node != node:
+            return None
+        placed.append(slots)
+        ledger.add(job.department, job.gpus, fixed=True)
+        taken.append((job.department, job.gpus))
+        plan = []
+        for victim in sorted(victims, key=lambda v: -v.gpus):
+            if ledger.borrowed(victim.department) > 1e-9 or not ledger.within_nominal(victim.department, victim.gpus):
+                plan.append((victim, "reclaim"))
+                continue
+            again = occupancy.place(1, victim.gpus)
+            if again is None:
+                return None
+            placed.append(again)
+            ledger.add(victim.department, victim.gpus)
+            taken.append((victim.department, victim.gpus))
+            plan.append((victim, "move"))
+        return plan
+    finally:
+        for slots in placed:
+            occupancy.release(slots)
+        for index, (department, gpus) in enumerate(taken):
+            ledger.remove(department, gpus, fixed=index == 0)
+        for victim in victims:
+            occupancy.retake(victim.slots)
+            ledger.add(victim.department, victim.gpus)

@@ -70,7 +70,8 @@ class RoomMaker(CycleState):
         if not self._fits_once_stopped(job):
             return
         assert self.after_stop is not None and self.after_stop_ledger is not None  # made by _fits_once_stopped
-        slots = self.after_stop.place(job.workers, job.gpus_per_worker)
+        pins = not job.preemptible and 1 <= job.gpus_per_worker < self.pool.gpus_per_node
+        slots = self.after_stop.place(job.workers, job.gpus_per_worker, prefer=self.pinned if pins else ())
         if slots is None:
             return
         self.after_stop_ledger.add(job.department, job.gpus, fixed=not job.preemptible)
@@ -103,8 +104,14 @@ class RoomMaker(CycleState):
                     self.on_node[node].append(run)
         return self.on_node
 
-    def _evict(self, victim: RunningJob, why: str, job: PendingJob) -> None:
-        if why == "reclaim":
+    def _evict(self, victim: RunningJob, why: str, job: PendingJob, *, packing: bool = False) -> None:
+        if packing and why == "move":
+            what = (
+                f"#{job.job_id} cannot be preempted and goes beside work of that kind on the node this job holds, so "
+                "that no other node is blocked by it; this job starts again at once on other GPUs, from its last "
+                "checkpoint"
+            )
+        elif why == "reclaim":
             what = f"{victim.department} borrows GPUs that {job.department}'s nominal guarantees"
         elif why == "priority":
             what = f"it has lower priority than #{job.job_id}"

@@ -2,6 +2,8 @@
 guaranteed jobs do not wait behind borrowers, GPUs freed for a job go to it, and fragmentation is cleared by moves.
 """
 
+from dataclasses import replace
+
 from quotas.scheduler import (
     STRICT_FIFO,
 )
@@ -185,3 +187,53 @@ def test_identical_jobs_whose_search_failed_do_not_spend_the_search_budget_of_th
     assert [(p.job_id, p.for_job) for p in d.preemptions] == [(20, 100)]
     assert reasons(d)[100] == "preemption_in_progress"
     assert {reasons(d)[job.job_id] for job in big} == {"no_capacity"}
+
+
+def packed_pool(neighbours_preemptible=True, free_on_n1=4):
+    """n0: one GPU of nlp's work that cannot be preempted and seven 1-GPU jobs of nlp (within its nominal) beside it;
+    n1: vision's preemptible work on all but ``free_on_n1`` GPUs."""
+    runs = [running(10, "nlp", [[0]], node="n0", preemptible=False)]
+    runs += [
+        running(11 + g, "nlp", [[g]], node="n0", preemptible=neighbours_preemptible, started=NOW - 600 * g)
+        for g in range(1, 8)
+    ]
+    runs.append(running(30, "vision", [list(range(8 - free_on_n1))], node="n1"))
+    return runs, (quota("vision", 8), quota("nlp", 8))
+
+
+def test_work_that_cannot_be_preempted_moves_preemptible_work_off_a_node_such_work_holds_rather_than_pin_another():
+    # Placed on n1's free GPUs, vision's 1-GPU job that cannot be preempted would block a second node for every
+    # whole-node job until it ends. It moves the nlp job on n0 with the least unsaved work (the latest started)
+    # to n1 instead, and starts on n0 once that one has stopped.
+    runs, quotas = packed_pool()
+    job = pending(1, "vision", gpus=1, preemptible=False, priority=1000)
+    d = cycle([job], runs, quotas=quotas, pool={"nodes": 2})
+    assert [(p.job_id, p.reason, p.for_job) for p in d.preemptions] == [(12, "move", 1)]
+    assert admitted(d) == [] and reasons(d) == {1: "preemption_in_progress"}
+    assert "beside other work that cannot be preempted" in d.waiting[0].message
+    assert "#1 cannot be preempted and goes beside work of that kind" in d.preemptions[0].message
+    moved_off = [r for r in runs if r.job_id != 12]
+    again = cycle([replace(job, nominated=True)], moved_off, quotas=quotas, pool={"nodes": 2})
+    assert [(a.job_id, {s.node for s in a.slots}) for a in again.admissions] == [(1, {"n0"})]
+
+
+def test_work_that_cannot_be_preempted_takes_another_node_at_once_where_nothing_can_move(monkeypatch):
+    job = pending(1, "vision", gpus=1, preemptible=False, priority=1000)
+
+    def placed(runs, quotas):
+        d = cycle([job], runs, quotas=quotas, pool={"nodes": 2})
+        return [p.job_id for p in d.preemptions], {s.node for a in d.admissions for s in a.slots}
+
+    assert placed(*packed_pool(neighbours_preemptible=False)) == ([], {"n1"})  # its neighbours cannot move either
+    # a moved 3-GPU job would fit nowhere: n1 has one free GPU, n0 two once the job has taken one
+    big_neighbours = [
+        running(10, "nlp", [[0]], node="n0", preemptible=False),
+        running(11, "nlp", [[1, 2, 3]], node="n0"),
+        running(12, "nlp", [[4, 5, 6, 7]], node="n0"),
+        running(30, "vision", [list(range(7))], node="n1"),
+    ]
+    assert placed(big_neighbours, packed_pool()[1]) == ([], {"n1"})
+    # where a moved 1-GPU job takes n1's last free GPU, the two change places
+    assert placed(*packed_pool(free_on_n1=1)) == ([12], set())
+    monkeypatch.setattr("quotas.scheduler.core.find_packing", lambda *args: None)
+    assert placed(*packed_pool()) == ([], {"n1"})  # the protection switched off: a second node is pinned
