@@ -248,8 +248,7 @@ class Occupancy:
         """Take the lowest-index ``needed`` whole free GPUs of ``node`` (and ``cpu``, ``mem``) for one worker."""
         chosen = tuple(sorted(self.whole_free[node])[:needed])
         i = self.index[node]
-        for gpu in chosen:
-            self._take(node, i, gpu, FULL)
+        self._flip(node, i, chosen, 0)
         self._use(i, cpu, mem, 1)
         return Slot(worker=worker, node=node, gpus=chosen)
 
@@ -281,9 +280,12 @@ class Occupancy:
         index = self.index
         for slot in slots:
             i = index[slot.node]
-            amount = units(slot.fraction) if slot.fraction else FULL
-            for gpu in slot.gpus:
-                self._give(slot.node, i, gpu, amount)
+            if slot.fraction or not self._whole(i, slot.gpus, 0):
+                amount = units(slot.fraction) if slot.fraction else FULL
+                for gpu in slot.gpus:
+                    self._give(slot.node, i, gpu, amount)
+            else:
+                self._flip(slot.node, i, slot.gpus, FULL)
             self._use(i, -cpu, -mem, -1)
 
     def retake(self, slots: Iterable[Slot], *, cpu: float = 0, mem: float = 0) -> None:
@@ -291,9 +293,12 @@ class Occupancy:
         index = self.index
         for slot in slots:
             i = index[slot.node]
-            amount = units(slot.fraction) if slot.fraction else FULL
-            for gpu in slot.gpus:
-                self._take(slot.node, i, gpu, amount)
+            if slot.fraction or not self._whole(i, slot.gpus, FULL):
+                amount = units(slot.fraction) if slot.fraction else FULL
+                for gpu in slot.gpus:
+                    self._take(slot.node, i, gpu, amount)
+            else:
+                self._flip(slot.node, i, slot.gpus, 0)
             self._use(i, cpu, mem, 1)
 
     # --- bookkeeping ----------------------------------------------------------------------
@@ -337,6 +342,33 @@ class Occupancy:
             self._share(after, (node, gpu))
         free[gpu] = FULL - after
         self.free_units += before - after
+
+    def _whole(self, i: int, gpus: tuple[int, ...], level: int) -> bool:
+        """Is each of these GPUs of node ``i`` at ``level`` free milli (0: wholly held, FULL: wholly free)?"""
+        free = self.gpu_free[i]
+        for gpu in gpus:
+            if free[gpu] != level:
+                return False
+        return True
+
+    def _flip(self, node: str, i: int, gpus: tuple[int, ...], level: int) -> None:
+        """Whole GPUs all wholly held become wholly free (``level`` FULL), or the other way round (0): what ``_give``
+        or ``_take`` do GPU by GPU, with the node changing bucket once (it ends last in the same bucket). Evictions
+        tried and undone release and retake whole GPUs thousands of times a cycle."""
+        free = self.gpu_free[i]
+        for gpu in gpus:
+            free[gpu] = level
+        whole = self.whole_free[node]
+        count = len(whole)
+        if level:
+            whole.update(gpus)
+            self.free_units += FULL * len(gpus)
+        else:
+            whole.difference_update(gpus)
+            self.free_units -= FULL * len(gpus)
+        if len(whole) != count:
+            del self.by_free[count][node]
+            self.by_free[len(whole)][node] = None
 
     def _move(self, node: str, gpu: int, *, taken: bool) -> None:
         """``gpu`` of ``node`` stops (``taken``) or starts being whole and free: the node changes bucket."""
