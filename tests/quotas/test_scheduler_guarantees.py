@@ -100,6 +100,24 @@ def test_a_moved_job_that_fits_nowhere_has_smaller_work_moved_aside_for_it(monke
     assert reasons(busy_pool()) == {1: "gang_does_not_fit"}
 
 
+def test_a_gang_that_must_clear_a_node_reclaims_borrowed_work_before_it_moves_guaranteed_work(monkeypatch):
+    # vision (nominal 8) needs a whole node. n0: audio's guaranteed 4-GPU job and 4 free GPUs; n1: eight 1-GPU jobs of
+    # nlp, which borrows all of them; n2: speech's work that cannot be preempted. The eviction search is cut short (as
+    # when a borrower's jobs are many and small), so a node must be cleared. Clearing n0 evicts the fewest GPUs, but
+    # audio's job is guaranteed: it would be moved and lose its work since its last checkpoint, while n1 is nothing
+    # but what nlp borrows.
+    monkeypatch.setattr("quotas.scheduler.preemption.SEARCH_LIMIT", 2)
+    runs = [
+        running(10, "audio", [[0, 1, 2, 3]], node="n0"),
+        *(running(20 + g, "nlp", [[g]], node="n1", priority=100) for g in range(8)),
+        running(30, "speech", [list(range(8))], node="n2", preemptible=False),
+    ]
+    quotas = (quota("vision", 8), quota("audio", 8), quota("speech", 8), quota("nlp", 0))
+    d = cycle([pending(1, "vision", gpus=8)], runs, quotas=quotas, pool={"nodes": 3})
+    assert reasons(d) == {1: "preemption_in_progress"}
+    assert sorted((p.job_id, p.reason) for p in d.preemptions) == [(20 + g, "reclaim") for g in range(8)]
+
+
 def test_nothing_moves_a_workload_that_cannot_be_preempted():
     _, d = scattered(preemptible=False)
     assert d.preemptions == [] and reasons(d) == {1: "gang_does_not_fit"}
