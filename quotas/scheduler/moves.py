@@ -21,7 +21,7 @@ from quotas.scheduler.placement import Occupancy
 from quotas.scheduler.types import PendingJob, RunningJob, Slot
 
 NODES_TRIED = 8  # candidate node sets per waiting job and cycle
-EXTRA_RECLAIMS = 8  # borrowers' workloads one plan may reclaim to make room for the workloads it moves
+EXTRA_RECLAIMS = 8  # per worker of the job: borrowers' workloads one plan may reclaim for the workloads it moves
 MOVE_DEPTH = 2  # smaller work moved aside for a moved workload, and aside again for that (_make_way)
 
 
@@ -37,7 +37,8 @@ def find_moves(
 
     ``on_node``: node -> the workloads holding GPUs there; ``movable``: ids of those that may be evicted;
     ``evictable``: those workloads in eviction order, where a moved one that fits nowhere may have room reclaimed
-    for it from departments that borrow (EXTRA_RECLAIMS at most).
+    for it from departments that borrow (EXTRA_RECLAIMS per worker of ``job`` at most: each node cleared for a worker
+    may hold a node's worth of guaranteed work to place again).
     """
     if job.gpus_per_worker < 1 or not ledger.within_nominal(job.department, job.gpus):
         return None
@@ -120,7 +121,7 @@ def _feasible(
                 for r in evictable
                 if r.department != victim.department and ledger.borrowed(r.department) > 1e-9 and id(r) not in gone
             )
-            while again is None and len(extra) < EXTRA_RECLAIMS:
+            while again is None and len(extra) < EXTRA_RECLAIMS * job.workers:
                 borrower = next(candidates, None)
                 if borrower is None or ledger.borrowed(borrower.department) <= 1e-9:
                     break

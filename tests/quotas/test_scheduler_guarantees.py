@@ -118,6 +118,26 @@ def test_a_gang_that_must_clear_a_node_reclaims_borrowed_work_before_it_moves_gu
     assert sorted((p.job_id, p.reason) for p in d.preemptions) == [(20 + g, "reclaim") for g in range(8)]
 
 
+def test_a_gang_of_whole_nodes_may_reclaim_room_for_each_node_s_moved_work(monkeypatch):
+    # Six nodes, each with five of audio's guaranteed 1-GPU jobs and three 1-GPU jobs nlp borrows. vision's 2 x 8-GPU
+    # gang clears two nodes: it reclaims their six borrowed jobs and moves their ten guaranteed ones, and those fit
+    # again only where ten more borrowed jobs are reclaimed: more than one node's worth (8) for a gang of two nodes.
+    monkeypatch.setattr("quotas.scheduler.preemption.SEARCH_LIMIT", 2)  # the eviction search alone cannot do it
+    runs = []
+    for n in range(6):
+        runs += [running(100 + 10 * n + g, "audio", [[g]], node=f"n{n}") for g in range(5)]
+        runs += [running(200 + 10 * n + g, "nlp", [[g]], node=f"n{n}", priority=100) for g in range(5, 8)]
+    quotas = (quota("vision", 16), quota("audio", 30), quota("nlp", 0))
+
+    def plan():
+        d = cycle([pending(1, "vision", gpus=8, workers=2)], runs, quotas=quotas, pool={"nodes": 6})
+        return reasons(d)[1], sorted({p.reason for p in d.preemptions}), len(d.preemptions)
+
+    assert plan() == ("preemption_in_progress", ["move", "reclaim"], 26)  # 6 + 10 reclaimed, 10 moved
+    monkeypatch.setattr("quotas.scheduler.moves.EXTRA_RECLAIMS", 4)  # 8 for the gang: one node's worth, as before
+    assert plan() == ("no_capacity", [], 0)
+
+
 def test_nothing_moves_a_workload_that_cannot_be_preempted():
     _, d = scattered(preemptible=False)
     assert d.preemptions == [] and reasons(d) == {1: "gang_does_not_fit"}
