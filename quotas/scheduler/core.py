@@ -147,12 +147,17 @@ class _Cycle(RoomMaker):
         head = self.queues[department][0]
         return (self.ledger.share(department), -head.priority, head.submitted_at, department)
 
-    def _admit_if_fits(self, job: PendingJob) -> bool:
+    def _may_start(self, job: PendingJob) -> bool:
+        """Enough GPUs free in the pool (anywhere), and its quota lets it start now (nothing borrows while GPUs are
+        reclaimed for a guaranteed job)."""
         if job.gpus * FULL > self.occupancy.free_units + 1e-6:
             return False
         if self.reclaiming_for is not None and not self.ledger.within_nominal(job.department, job.gpus):
             return False
-        if self.ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is not None:
+        return self.ledger.refusal(job.department, job.gpus, may_borrow=job.preemptible) is None
+
+    def _admit_if_fits(self, job: PendingJob) -> bool:
+        if not self._may_start(job):
             return False
         slots = self.occupancy.place(job.workers, job.gpus_per_worker, prefer=self.pinned if self._pins(job) else ())
         if slots is None:
@@ -232,19 +237,11 @@ class _Cycle(RoomMaker):
             reason, message = self._make_room(job, *self._why(job))
         return reason, message
 
-    def _pins(self, job: PendingJob) -> bool:
-        """Work that cannot be preempted and leaves part of a node free: it goes where such work is already."""
-        return not job.preemptible and 1 <= job.gpus_per_worker < self.pool.gpus_per_node
-
     def _pack(self, job: PendingJob) -> tuple[str, str] | None:
         """Before ``job`` (``_pins``) takes a node that no such work holds yet, make room for it on one that does, by
         moving preemptible work off it (moves.find_packing); why it then waits, or None where it is placed as
         usual (it fits on such a node already, or none can be cleared, or it may not start anyway)."""
-        if self.moves_left <= 0 or not self.pinned or job.gpus * FULL > self.occupancy.free_units + 1e-6:
-            return None
-        if self.reclaiming_for is not None and not self.ledger.within_nominal(job.department, job.gpus):
-            return None
-        if self.ledger.refusal(job.department, job.gpus, may_borrow=False) is not None:
+        if self.moves_left <= 0 or not self.pinned or not self._may_start(job):
             return None
         slots = self.occupancy.place(job.workers, job.gpus_per_worker, prefer=self.pinned)
         if slots is None:

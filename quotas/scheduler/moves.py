@@ -53,15 +53,10 @@ def find_moves(
         free = len(occupancy.whole_free[node])
         if free >= need:
             continue  # already usable: the problem is elsewhere (other workers, or quota)
-        holders = sorted(on_node.get(node, ()), key=lambda r: (r.gpus, -r.started_at))
-        victims, gained = [], free
-        for run in holders:
-            if gained >= need:
-                break
-            if run.job_id not in movable:
-                continue
-            victims.append(run)
-            gained += sum(len(s.gpus) for s in run.slots if s.node == node and not s.fraction)
+        holders = sorted(
+            (r for r in on_node.get(node, ()) if r.job_id in movable), key=lambda r: (r.gpus, -r.started_at)
+        )
+        victims, gained = _gather(holders, node, free, need)
         if gained >= need:
             guaranteed = [v for v in victims if ledger.borrowed(v.department) <= 1e-9]  # to be placed again
             stuck = sum(1 for v in guaranteed if v.gpus / max(1, len(v.slots)) > largest)  # bigger than any room
@@ -188,12 +183,7 @@ def _make_way(
             ),
             key=lambda r: r.gpus,
         )
-        aside, gained = [], free
-        for run in holders:
-            if gained >= need:
-                break
-            aside.append(run)
-            gained += len(run.slots[0].gpus)
+        aside, gained = _gather(holders, node, free, need)
         if gained >= need and aside and (best is None or sum(r.gpus for r in aside) < best[0]):
             best = (sum(r.gpus for r in aside), node, aside)
     if best is None:
@@ -251,12 +241,7 @@ def find_packing(
             (r for r in on_node.get(node, ()) if r.job_id in movable and len(r.slots) == 1 and not r.slots[0].fraction),
             key=lambda r: (r.gpus, r.unsaved(now)),
         )
-        victims, gained = [], free
-        for run in holders:
-            if gained >= need:
-                break
-            victims.append(run)
-            gained += len(run.slots[0].gpus)
+        victims, gained = _gather(holders, node, free, need)
         if gained >= need:
             cost = (sum(v.gpus for v in victims), sum(v.unsaved(now) * v.gpus for v in victims))
             if best is None or cost < best[:2]:
@@ -268,14 +253,14 @@ def find_packing(
         occupancy.release(victim.slots)
         ledger.remove(victim.department, victim.gpus)
     placed: list[list[Slot]] = []
-    taken: list[tuple[str, float]] = []
+    taken: list[tuple[str, float, bool]] = []  # (department, GPUs, fixed) added to the ledger, to undo
     try:
         slots = occupancy.place(1, job.gpus_per_worker, prefer=(node,))
         if slots is None or slots[0].node != node:
             return None
         placed.append(slots)
         ledger.add(job.department, job.gpus, fixed=True)
-        taken.append((job.department, job.gpus))
+        taken.append((job.department, job.gpus, True))
         plan = []
         for victim in sorted(victims, key=lambda v: -v.gpus):
             if ledger.borrowed(victim.department) > 1e-9 or not ledger.within_nominal(victim.department, victim.gpus):
@@ -286,14 +271,26 @@ def find_packing(
                 return None
             placed.append(again)
             ledger.add(victim.department, victim.gpus)
-            taken.append((victim.department, victim.gpus))
+            taken.append((victim.department, victim.gpus, False))
             plan.append((victim, "move"))
         return plan
     finally:
         for slots in placed:
             occupancy.release(slots)
-        for index, (department, gpus) in enumerate(taken):
-            ledger.remove(department, gpus, fixed=index == 0)
+        for department, gpus, fixed in taken:
+            ledger.remove(department, gpus, fixed=fixed)
         for victim in victims:
             occupancy.retake(victim.slots)
             ledger.add(victim.department, victim.gpus)
+
+
+def _gather(holders: Sequence[RunningJob], node: str, free: int, need: int) -> tuple[list[RunningJob], int]:
+    """The first of ``holders`` (in the order given) whose whole GPUs on ``node``, with its ``free`` ones, make
+    ``need``; and the whole GPUs that gives (less than ``need`` where all of them do not suffice)."""
+    chosen, gained = [], free
+    for run in holders:
+        if gained >= need:
+            break
+        chosen.append(run)
+        gained += sum(len(slot.gpus) for slot in run.slots if slot.node == node and not slot.fraction)
+    return chosen, gained

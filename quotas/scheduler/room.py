@@ -70,8 +70,7 @@ class RoomMaker(CycleState):
         if not self._fits_once_stopped(job):
             return
         assert self.after_stop is not None and self.after_stop_ledger is not None  # made by _fits_once_stopped
-        pins = not job.preemptible and 1 <= job.gpus_per_worker < self.pool.gpus_per_node
-        slots = self.after_stop.place(job.workers, job.gpus_per_worker, prefer=self.pinned if pins else ())
+        slots = self.after_stop.place(job.workers, job.gpus_per_worker, prefer=self.pinned if self._pins(job) else ())
         if slots is None:
             return
         self.after_stop_ledger.add(job.department, job.gpus, fixed=not job.preemptible)
@@ -86,6 +85,10 @@ class RoomMaker(CycleState):
         self.occupancy.retake(held)
         self.booked.append((job, held))
         self.booked_ids.add(job.job_id)
+
+    def _pins(self, job: PendingJob) -> bool:
+        """Work that cannot be preempted and leaves part of a node free: it goes where such work is already."""
+        return not job.preemptible and 1 <= job.gpus_per_worker < self.pool.gpus_per_node
 
     def _unbook(self) -> None:
         """Give back the GPUs ``_book`` held (the ledgers and after_stop are the cycle's own; the occupancy may be
