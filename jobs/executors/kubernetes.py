@@ -108,8 +108,18 @@ class KubernetesExecutor:
                 f"The portal built invalid manifests for job {job.job_id}: {exc}", permanent=True
             ) from exc
         self._prepare(job.department)
-        for manifest in manifests:
-            self.kube.create(manifest)
+        try:
+            for manifest in manifests:
+                self.kube.create(manifest)
+        except KubeError as exc:
+            # The namespace this process prepared is gone (deleted by an admin, or a new cluster answering at the
+            # same address): prepare it again and create the rest (what exists already answers 409, kept).
+            if exc.status != 404 or "namespaces" not in str(exc):
+                raise
+            self._ready.discard((self.kube.api.configuration.host, self.settings.namespace(job.department)))
+            self._prepare(job.department)
+            for manifest in manifests:
+                self.kube.create(manifest)
 
     def _prepare(self, department: str) -> None:
         key = (self.kube.api.configuration.host, self.settings.namespace(department))

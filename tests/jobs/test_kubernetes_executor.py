@@ -368,3 +368,15 @@ def test_a_rerun_is_told_it_resumes_and_shares_the_checkpoint_folder_of_its_job(
             mounts = {m["mountPath"]: m.get("subPath") for m in main["volumeMounts"]}
             assert mounts[env["PORTAL_CHECKPOINT_DIR"]] == "checkpoints/7"
             assert mounts[env["TENSORBOARD_LOG_DIR"]] == f"tensorboard/7/run-{job.run_index}"
+
+
+def test_a_namespace_deleted_under_the_executor_is_made_again_at_the_next_launch(executor, kube, kube_api):
+    # The executor remembers which namespaces it prepared. An admin deleting one (or a new cluster answering at the
+    # same address, as a fresh fake on a reused port did in CI) left every later launch failing with "namespaces
+    # ... not found" until the portal restarted.
+    launched(executor, kube)
+    assert kube_api.delete("v1", "Namespace", None, NS, propagation="Background")
+    assert kube_api.get("v1", "Namespace", None, NS) is None
+    _, kind, name, _ = launched(executor, kube, framework="pytorch")
+    assert kube_api.get("v1", "Namespace", None, NS) is not None
+    assert kind == "PyTorchJob" and kube_api.get("kubeflow.org/v1", kind, NS, name) is not None
