@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from quotas.scheduler.moves import find_moves
+from quotas.scheduler.moves import find_consolidation, find_moves
 from quotas.scheduler.preemption import find_victims
 from quotas.scheduler.state import CycleState
 from quotas.scheduler.types import PendingJob, Preemption, RunningJob, Slot
@@ -51,13 +51,29 @@ class RoomMaker(CycleState):
             victims = find_moves(
                 job, self.ledger, self.occupancy, self._on_node(), {r.job_id for r in self.evictable}, self.evictable
             )
+        consolidating = False
+        if not victims and reason == "gang_does_not_fit" and self.moves_left > 0 and job.gpus_per_worker >= 1:
+            # Its quota lets it start and enough GPUs are free, but scattered: gather them into whole nodes by
+            # moving guaranteed work that fits again at once elsewhere.
+            self.moves_left -= 1
+            victims = find_consolidation(
+                job, self.ledger, self.occupancy, self._on_node(), {r.job_id for r in self.evictable}, self.now
+            )
+            consolidating = bool(victims)
         if not victims:
             return reason, message
         names = []
         for victim, why in victims:
-            self._evict(victim, why, job)
+            self._evict(victim, why, job, consolidating=consolidating)
             names.append(f"#{victim.job_id} ({victim.department}, {why})")
         self._book(job)
+        if consolidating:
+            return "preemption_in_progress", (
+                f"{message} Moving {', '.join(names)} to other free GPUs so that its workers get whole nodes; it "
+                "starts when they stop."
+                if self.snapshot.explain
+                else ""
+            )
         return "preemption_in_progress", f"Preempting {', '.join(names)} to make room; it starts when they stop."
 
     def _book(self, job: PendingJob) -> None:
@@ -107,8 +123,15 @@ class RoomMaker(CycleState):
                     self.on_node[node].append(run)
         return self.on_node
 
-    def _evict(self, victim: RunningJob, why: str, job: PendingJob, *, packing: bool = False) -> None:
-        if packing and why == "move":
+    def _evict(
+        self, victim: RunningJob, why: str, job: PendingJob, *, packing: bool = False, consolidating: bool = False
+    ) -> None:
+        if consolidating:
+            what = (
+                f"#{job.job_id} needs whole GPUs on the node this job holds, and the pool's free GPUs are scattered; "
+                "this job starts again at once on free GPUs elsewhere, from its last checkpoint"
+            )
+        elif packing and why == "move":
             what = (
                 f"#{job.job_id} cannot be preempted and goes beside work of that kind on the node this job holds, so "
                 "that no other node is blocked by it; this job starts again at once on other GPUs, from its last "
