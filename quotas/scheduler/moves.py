@@ -321,21 +321,24 @@ def find_consolidation(
     if nodes_needed <= 0:
         return None
     options = []  # (GPUs moved, work lost, node, victims)
+    guaranteed: dict[str, bool] = {}  # department -> within nominal (nothing in the ledger changes in this loop)
     for node in occupancy.nodes:
         free = len(occupancy.whole_free[node])
         if free >= need:
             continue
-        holders = sorted(
-            (
-                r
-                for r in on_node.get(node, ())
-                if r.job_id in movable
-                and len(r.slots) == 1
-                and not r.slots[0].fraction
-                and ledger.borrowed(r.department) <= 1e-9
-            ),
-            key=lambda r: (r.gpus, r.unsaved(now)),
-        )
+        holders, most = [], free  # the work that may move, and the whole GPUs moving all of it would give
+        for r in on_node.get(node, ()):
+            if r.job_id not in movable or len(r.slots) != 1 or r.slots[0].fraction:
+                continue
+            within = guaranteed.get(r.department)
+            if within is None:
+                within = guaranteed[r.department] = ledger.borrowed(r.department) <= 1e-9
+            if within:
+                holders.append(r)
+                most += len(r.slots[0].gpus)
+        if most < need:
+            continue  # this loop runs for every node of the pool: most nodes stop here, unsorted
+        holders.sort(key=lambda r: (r.gpus, r.unsaved(now)))
         victims, gained = _gather(holders, node, free, need)
         if gained >= need:
             cost = sum(v.gpus for v in victims), sum(v.unsaved(now) * v.gpus for v in victims)

@@ -12,6 +12,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from operator import itemgetter
 from typing import Any
 
 from quotas.scheduler.eta import Releases
@@ -95,25 +96,35 @@ class CycleState:
         """Who may be evicted, in eviction order: lowest priority, then least work lost (most recently started, or
         most recently checkpointed for jobs that declare their checkpoints; RunningJob.unsaved, inline)."""
         now = self.now
-
-        def order(job: RunningJob) -> tuple[int, float]:
+        keys = []
+        for job in self._candidates:
             ran = now - job.started_at
             ran = ran if ran > 0.0 else 0.0
             every = job.checkpoint_every
-            return job.priority, (ran % every if every else ran)
-
-        return sorted(self._candidates, key=order)
+            keys.append((job.priority, ran % every if every else ran))
+        candidates = self._candidates
+        return [candidates[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
 
     @cached_property
     def by_service(self) -> list[tuple[float, RunningJob]]:
         """Least attained service: (GPU-seconds, workload) of those that ran long enough this time, most served
         first (ties in eviction order)."""
-        if not self.policy.enabled:
+        policy = self.policy
+        if not policy.enabled:
             return []
-        now = self.now
-        return sorted(
-            ((job.service(now), job) for job in self.evictable if self._serves(job)), key=lambda pair: -pair[0]
-        )
+        now, min_run, max_unsaved = self.now, policy.min_run_seconds, policy.max_unsaved_seconds
+        pairs = []
+        for job in self.evictable:  # _serves and RunningJob.service, inline: this runs for every job, every cycle
+            ran = now - job.started_at
+            if ran < min_run:
+                continue
+            ran = ran if ran > 0.0 else 0.0
+            every = job.checkpoint_every
+            if every and ran % every > max_unsaved:
+                continue
+            pairs.append((job.attained + job.gpus * ran, job))
+        pairs.sort(key=itemgetter(0), reverse=True)  # stable: equal service keeps eviction order
+        return pairs
 
     @cached_property
     def service_gpus(self) -> float:
