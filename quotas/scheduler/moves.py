@@ -23,6 +23,9 @@ from quotas.scheduler.types import PendingJob, RunningJob, Slot
 NODES_TRIED = 8  # candidate node sets per waiting job and cycle
 EXTRA_RECLAIMS = 8  # per worker of the job: borrowers' workloads one plan may reclaim for the workloads it moves
 MOVE_DEPTH = 2  # smaller work moved aside for a moved workload, and aside again for that (_make_way)
+# Consolidation is a convenience, not a guarantee: it moves only work that loses at most this much (seconds since its
+# last declared checkpoint, or since it started where it declares none).
+CONSOLIDATION_MAX_LOSS = 1800.0
 
 
 def find_moves(
@@ -307,8 +310,8 @@ def find_consolidation(
     """(victim, "move") pairs that gather the scattered free GPUs into nodes whole enough for ``job``'s workers, or
     None: the job may start (its quota allows it, enough GPUs are free in the pool) but no node has enough whole GPUs
     free for a worker. Only guaranteed one-worker work moves (its department within nominal without it, so it starts
-    again first), only where every moved workload is placed again at once on GPUs free now, and from the nodes where
-    the fewest GPUs move (least unsaved work among equals).
+    again first) that loses at most ``CONSOLIDATION_MAX_LOSS``, only where every moved workload is placed again at
+    once on GPUs free now, and from the nodes where the fewest GPUs move (least unsaved work among equals).
 
     Without it a busy pool's free GPUs sit in ones and twos on many nodes while 8-GPU jobs wait for a node to empty
     by itself (ITP 01-05 on 832 GPUs: cluster 03's 8-GPU jobs above its nominal were three quarters of all queueing,
@@ -329,6 +332,8 @@ def find_consolidation(
         holders, most = [], free  # the work that may move, and the whole GPUs moving all of it would give
         for r in on_node.get(node, ()):
             if r.job_id not in movable or len(r.slots) != 1 or r.slots[0].fraction:
+                continue
+            if r.unsaved(now) > CONSOLIDATION_MAX_LOSS:
                 continue
             within = guaranteed.get(r.department)
             if within is None:

@@ -3,6 +3,8 @@ GPUs free, that waits only because the free GPUs are scattered gets whole nodes 
 free GPUs elsewhere. Table tests, then a property over random busy pools (hypothesis).
 """
 
+from dataclasses import replace
+
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -10,11 +12,11 @@ from quotas.scheduler.placement import Occupancy
 from tests.quotas.scheduling import NOW, admitted, cycle, pending, pool, quota, reasons, running
 
 
-def scattered_pool(audio_nominal=24, ages=(600, 600)):
-    """Three nodes; audio's 1-GPU jobs hold 4 GPUs of n0 (started ``ages[0]`` seconds ago), 6 of n1 (``ages[1]``) and
-    6 of n2: 8 GPUs free, 4 + 2 + 2. vision (nominal 0) borrows."""
+def scattered_pool(audio_nominal=24, ages=(600, 600, 600)):
+    """Three nodes; audio's 1-GPU jobs hold 4 GPUs of n0, 6 of n1 and 6 of n2, started ``ages`` seconds ago: 8 GPUs
+    free, 4 + 2 + 2. vision (nominal 0) borrows."""
     runs = []
-    for node, count, age in (("n0", 4, ages[0]), ("n1", 6, ages[1]), ("n2", 6, 600)):
+    for node, count, age in zip(("n0", "n1", "n2"), (4, 6, 6), ages, strict=True):
         base = {"n0": 10, "n1": 20, "n2": 30}[node]
         runs += [running(base + g, "audio", [[g]], node=node, started=NOW - age) for g in range(count)]
     return runs, (quota("vision", 0), quota("audio", audio_nominal))
@@ -59,9 +61,9 @@ def test_work_its_department_borrows_is_not_moved():
 def test_nothing_moves_where_the_moved_work_would_not_fit_again_at_once():
     # 8 GPUs free, as 3 + 3 + 2: clearing any node moves a 5- or 6-GPU job, and no other node has that many free
     runs = [
-        running(10, "audio", [[0, 1, 2, 3, 4]], node="n0"),
-        running(11, "audio", [[0, 1, 2, 3, 4]], node="n1"),
-        running(12, "audio", [[0, 1, 2, 3, 4, 5]], node="n2"),
+        running(10, "audio", [[0, 1, 2, 3, 4]], node="n0", started=NOW - 600),
+        running(11, "audio", [[0, 1, 2, 3, 4]], node="n1", started=NOW - 600),
+        running(12, "audio", [[0, 1, 2, 3, 4, 5]], node="n2", started=NOW - 600),
     ]
     quotas = (quota("vision", 0), quota("audio", 32))
     d = cycle([pending(1, "vision", gpus=8)], runs, quotas=quotas, pool={"nodes": 3})
@@ -69,7 +71,7 @@ def test_nothing_moves_where_the_moved_work_would_not_fit_again_at_once():
     # a fourth node with a 3-GPU job: moving it into n0's 3 free GPUs clears that node (the fewest GPUs to move)
     more = cycle(
         [pending(1, "vision", gpus=8)],
-        [*runs, running(13, "audio", [[0, 1, 2]], node="n3")],
+        [*runs, running(13, "audio", [[0, 1, 2]], node="n3", started=NOW - 600)],
         quotas=quotas,
         pool={"nodes": 4},
     )
@@ -78,10 +80,21 @@ def test_nothing_moves_where_the_moved_work_would_not_fit_again_at_once():
 
 def test_among_nodes_as_cheap_to_clear_the_one_with_least_unsaved_work_is_cleared():
     # n0 and n1 each hold 4 of audio's 1-GPU jobs (4 free on each, 8 on neither); n0's started 10 minutes ago, n1's
-    # 50 minutes ago (their work since then is what a move loses: no checkpoints declared).
+    # 25 minutes ago (their work since then is what a move loses: no checkpoints declared).
     runs = [running(10 + g, "audio", [[g]], node="n0", started=NOW - 600) for g in range(4)]
-    runs += [running(20 + g, "audio", [[g]], node="n1", started=NOW - 3000) for g in range(4)]
+    runs += [running(20 + g, "audio", [[g]], node="n1", started=NOW - 1500) for g in range(4)]
     d = cycle([pending(1, "vision", gpus=8)], runs, quotas=(quota("vision", 0), quota("audio", 16)), pool={"nodes": 2})
+    assert sorted(p.job_id for p in d.preemptions) == [10, 11, 12, 13]
+
+
+def test_work_that_would_lose_more_than_half_an_hour_is_not_moved():
+    # n0's four jobs ran 2 hours without a checkpoint: moving them would throw that away, for a convenience
+    runs, quotas = scattered_pool(ages=(7200, 7200, 7200))
+    d = cycle([pending(1, "vision", gpus=8)], runs, quotas=quotas, pool={"nodes": 3})
+    assert d.preemptions == [] and reasons(d) == {1: "gang_does_not_fit"}
+    # the same jobs, declaring a checkpoint every 30 minutes, lose 0 seconds now (2 h = 4 checkpoints): they move
+    saved = [replace(r, checkpoint_every=1800.0) for r in runs]
+    d = cycle([pending(1, "vision", gpus=8)], saved, quotas=quotas, pool={"nodes": 3})
     assert sorted(p.job_id for p in d.preemptions) == [10, 11, 12, 13]
 
 
