@@ -107,22 +107,25 @@ class KubernetesExecutor:
             raise ExecutorError(
                 f"The portal built invalid manifests for job {job.job_id}: {exc}", permanent=True
             ) from exc
-        self._prepare(job.department)
-        try:
-            for manifest in manifests:
-                self.kube.create(manifest)
-        except KubeError as exc:
-            # The namespace this process prepared is gone (deleted by an admin, or a new cluster answering at the
-            # same address): prepare it again and create the rest (what exists already answers 409, kept).
-            if exc.status != 404 or "namespaces" not in str(exc):
-                raise
-            self._ready.discard((self.kube.api.configuration.host, self.settings.namespace(job.department)))
+        for attempt in (1, 2):
             self._prepare(job.department)
-            for manifest in manifests:
-                self.kube.create(manifest)
+            try:
+                for manifest in manifests:
+                    self.kube.create(manifest)
+                return
+            except KubeError as exc:
+                # The namespace this process prepared is gone (deleted by an admin, or a new cluster answering at
+                # the same address): prepare it again and create the rest (what exists already answers 409, kept).
+                if attempt == 2 or exc.status != 404 or "namespaces" not in str(exc):
+                    raise
+                self._ready.discard(self._ready_key(job.department))
+
+    def _ready_key(self, department: str) -> tuple[str, str]:
+        """Which cluster and namespace ``_prepare`` made ready (this process remembers, to prepare each once)."""
+        return (self.kube.api.configuration.host, self.settings.namespace(department))
 
     def _prepare(self, department: str) -> None:
-        key = (self.kube.api.configuration.host, self.settings.namespace(department))
+        key = self._ready_key(department)
         if key in self._ready:
             return
         self.kube.create(namespace_manifest(department, self.settings))
@@ -134,7 +137,7 @@ class KubernetesExecutor:
         """Namespace, job volume, GPU ResourceQuota and NetworkPolicy (created, or their spec updated)."""
         for manifest in department_manifests(department, nominal_gpus, self.settings):
             self._ensure(manifest)
-        self._ready.add((self.kube.api.configuration.host, self.settings.namespace(department)))
+        self._ready.add(self._ready_key(department))
 
     def _ensure(self, manifest: dict) -> None:
         """Create; a ResourceQuota or NetworkPolicy already there gets the wanted spec (settings change)."""

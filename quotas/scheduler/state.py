@@ -114,7 +114,9 @@ class CycleState:
             return []
         now, min_run, max_unsaved = self.now, policy.min_run_seconds, policy.max_unsaved_seconds
         pairs = []
-        for job in self.evictable:  # _serves and RunningJob.service, inline: this runs for every job, every cycle
+        # Those that ran long enough in this run to be evicted for less-served work (and, declaring checkpoints,
+        # saved one recently enough); RunningJob.unsaved and .service inline: this runs for every job, every cycle.
+        for job in self.evictable:
             ran = now - job.started_at
             if ran < min_run:
                 continue
@@ -131,13 +133,6 @@ class CycleState:
         """An upper bound of what service evictions can free for a fresh job."""
         floor = self.policy.factor * self.policy.quantum
         return sum(job.gpus for service, job in self.by_service if service >= floor)
-
-    def _serves(self, job: RunningJob) -> bool:
-        """Ran long enough in this run to be evicted for less-served work (and saved its work recently enough)."""
-        policy, now = self.policy, self.now
-        return now - job.started_at >= policy.min_run_seconds and (
-            not job.checkpoint_every or job.unsaved(now) <= policy.max_unsaved_seconds
-        )
 
     def _build(
         self, snapshot: Snapshot, pool: PoolState, pending: list[PendingJob], running: list[RunningJob], now: float
