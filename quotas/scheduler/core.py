@@ -20,10 +20,12 @@ jobs wait behind and the reasons they wait.
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Callable
 from typing import Any
 
 from quotas.scheduler.eta import estimate_starts
+from quotas.scheduler.ledger import EPSILON
 from quotas.scheduler.moves import find_packing
 from quotas.scheduler.placement import FULL
 from quotas.scheduler.room import RoomMaker
@@ -69,31 +71,26 @@ class _Cycle(RoomMaker):
     def decide_arrivals(self, arrivals: list[PendingJob], now: float, decisions: Decisions) -> None:
         """Go on from the end of this cycle, which admitted and evicted nothing, with jobs queued since, as if they came
         last in its order (quotas.scheduler.incremental): each waits behind its department's blocked head if it is
-        queued behind it, else it is tried like a head. The rooms this cycle booked are still held, and while GPUs
-        are being reclaimed for a guaranteed job nothing borrows them. The eviction and move budgets start again."""
+        queued behind it, else it is tried like a head; in two rounds, as in _run. The rooms this cycle booked are
+        still held, and while GPUs are being reclaimed for a guaranteed job nothing borrows them. The eviction and
+        move budgets start again."""
         self.now, self.decisions, self.waiting = now, decisions, []
         self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE
         self._borrowers_at, self._once_stopped, self._no_room = -1, {}, {}  # keyed by counts of the earlier decisions
         key = queue_key(self.snapshot.service)
-        queues: dict[str, list[PendingJob]] = defaultdict(list)
-        for job in sorted(arrivals, key=key, reverse=True):
-            queues[job.department].append(job)  # each department's in queue order, its first last
-        # departments take turns by fair share, as in _run
-        turns = [self._arrival_turn(d, q[-1]) for d, q in queues.items()]
-        heapq.heapify(turns)
-        while turns:
-            *_, department = heapq.heappop(turns)
-            job = queues[department].pop()
-            head = self.heads.get(department)
+        queues: dict[str, deque[PendingJob]] = defaultdict(deque)
+        for job in sorted(arrivals, key=key):
+            queues[job.department].append(job)  # each department's in queue order
+
+        def decide(job: PendingJob) -> None:
+            head = self.heads.get(job.department)
             if head is not None and key(head[0]) < key(job):
                 self._behind_blocked_head(job)
             else:
                 self._try(job)
-            if queues[department]:
-                heapq.heappush(turns, self._arrival_turn(department, queues[department][-1]))
 
-    def _arrival_turn(self, department: str, job: PendingJob) -> tuple[Any, ...]:
-        return (self.ledger.share(department), -job.priority, job.submitted_at, department)
+        self._take_turns(queues, decide, self._guaranteed_prefixes(queues))
+        self._take_turns(queues, decide)
 
     def _run(self) -> None:
         # Guaranteed ones first: GPUs freed for a borrower must not keep a guaranteed job waiting (they would
@@ -112,23 +109,8 @@ class _Cycle(RoomMaker):
                 # Still waiting for GPUs freed for it: nobody starts borrowing them meanwhile, or borrowers
                 # would take them back in this very cycle and it would evict others next time, and so on.
                 self.reclaiming_for = job
-        # Departments take turns by fair share; only the one that just went changes its key.
-        turns = [self._turn(d) for d in self.queues if self.queues[d]]
-        heapq.heapify(turns)
-        while turns:
-            *_, department = heapq.heappop(turns)
-            if department in self.heads and self.occupancy.free_units <= 0 and not self.snapshot.explain:
-                # Nothing is free and nothing frees up within a cycle: the rest of this queue waits as it is
-                # (positions then group by department, which a simulation does not need).
-                self._all_behind_head(department)
-                continue
-            job = self.queues[department].popleft()
-            if department in self.heads:
-                self._behind_blocked_head(job)
-            else:
-                self._try(job)
-            if self.queues[department]:
-                heapq.heappush(turns, self._turn(department))
+        self._take_turns(self.queues, self._decide, self._guaranteed_prefixes(self.queues))
+        self._take_turns(self.queues, self._decide)
         if not self.snapshot.explain:
             self.decisions.waiting.extend(
                 Waiting(job_id=job_id, reason=reason, message=message, position=position)
@@ -143,9 +125,71 @@ class _Cycle(RoomMaker):
             for position, (job_id, reason, message) in enumerate(self.waiting, start=1)
         )
 
-    def _turn(self, department: str) -> tuple[Any, ...]:
-        head = self.queues[department][0]
-        return (self.ledger.share(department), -head.priority, head.submitted_at, department)
+    def _decide(self, job: PendingJob) -> None:
+        if job.department in self.heads:
+            self._behind_blocked_head(job)
+        else:
+            self._try(job)
+
+    def _guaranteed_prefixes(self, queues: dict[str, deque[PendingJob]]) -> dict[str, int]:
+        """The first round of a cycle (_take_turns): how many of each department's first queued jobs take part, up to
+        its last job that fits in its unused nominal quota (departments without one wait for the second round)."""
+        nominal, usage = self.ledger.nominal, self.ledger.usage
+        counts = {}
+        for department, queue in queues.items():
+            room = nominal(department) - usage[department] + EPSILON
+            last = 0
+            for place, job in enumerate(queue, start=1):
+                if job.gpus <= room:
+                    last = place
+            if last:
+                counts[department] = last
+        return counts
+
+    def _take_turns(
+        self,
+        queues: dict[str, deque[PendingJob]],
+        decide: Callable[[PendingJob], None],
+        counts: dict[str, int] | None = None,
+    ) -> None:
+        """Departments take turns by fair share, each deciding its next job in queue order; only the one that just
+        went changes its key.
+
+        A cycle has two rounds. In the first (``counts``), only departments with a job that fits in their unused
+        nominal quota take part, each with its queue up to that job, and a department whose next job would start on
+        borrowed GPUs goes after those whose next job needs none (as Kueue admits workloads that need no borrowing
+        before those that do). Else a borrower first by fair share (one using none of its small nominal) takes GPUs
+        just freed, an entitled job of another department waits with no room, and only the next cycle reclaims them.
+        In the second round everything left takes its turns."""
+        first_round = counts is not None
+        taking_part = queues.keys() if counts is None else counts.keys()
+        turns = [self._turn(queues, d, first_round) for d in taking_part if queues[d]]
+        heapq.heapify(turns)
+        shortcut = queues is self.queues and not self.snapshot.explain
+        while turns:
+            *_, department = heapq.heappop(turns)
+            queue = queues[department]
+            if shortcut and department in self.heads and self.occupancy.free_units <= 0:
+                # Nothing is free and nothing frees up within a cycle: the rest of this queue waits as it is
+                # (positions then group by department, which a simulation does not need).
+                self._all_behind_head(department)
+                continue
+            decide(queue.popleft())
+            if counts is not None:
+                counts[department] -= 1
+                if not counts[department]:
+                    continue
+            if queue:
+                heapq.heappush(turns, self._turn(queues, department, first_round))
+
+    def _turn(self, queues: dict[str, deque[PendingJob]], department: str, first_round: bool) -> tuple[Any, ...]:
+        ledger, job = self.ledger, queues[department][0]
+        borrows = (
+            first_round
+            and not ledger.within_nominal(department, job.gpus)
+            and ledger.refusal(department, job.gpus, may_borrow=job.preemptible) is None
+        )
+        return (borrows, ledger.share(department), -job.priority, job.submitted_at, department)
 
     def _may_start(self, job: PendingJob) -> bool:
         """Enough GPUs free in the pool (anywhere), and its quota lets it start now (nothing borrows while GPUs are

@@ -275,3 +275,52 @@ def test_work_that_cannot_be_preempted_takes_another_node_at_once_where_nothing_
     assert placed(*packed_pool(free_on_n1=1)) == ([12], set())
     monkeypatch.setattr("quotas.scheduler.core.find_packing", lambda *args: None)
     assert placed(*packed_pool()) == ([], {"n1"})  # the protection switched off: a second node is pinned
+
+
+def test_a_guaranteed_job_takes_free_gpus_before_a_borrower_that_goes_first_by_fair_share():
+    # nlp uses none of its nominal (share 0) and would borrow for its gang; vision is at 6 of its 14 and needs 8 more.
+    # Freed GPUs go to vision's job: had nlp's gang taken them, vision would wait (no capacity) until the next cycle
+    # evicted that gang again (as Kueue, workloads that need no borrowing are admitted first).
+    own = [running(10, "vision", [[0, 1, 2, 3, 4, 5]], preemptible=False)]
+    quotas = (quota("vision", 14), quota("nlp", 2))
+    d = cycle([pending(1, "nlp", gpus=8), pending(2, "vision", gpus=8)], own, quotas=quotas, pool={"nodes": 2})
+    assert admitted(d) == [2]
+    assert list(reasons(d)) == [1]  # it waits: what is free is vision's nominal
+
+
+def test_a_guaranteed_job_behind_its_own_department_s_blocked_head_still_goes_before_other_borrowers():
+    # vision's first job (2 x 8 GPUs) cannot be preempted and would need more than vision's nominal: it cannot
+    # start. Its second (8 GPUs) is within nominal and takes a node before nlp's borrowing gang, which goes first
+    # by fair share.
+    own = [running(10, "vision", [[0, 1, 2, 3, 4, 5]], preemptible=False)]
+    quotas = (quota("vision", 14), quota("nlp", 10))
+    jobs = [
+        pending(1, "vision", gpus=8, workers=2, priority=1000, preemptible=False),
+        pending(2, "vision", gpus=8),
+        pending(3, "nlp", gpus=8, workers=2),
+    ]
+    d = cycle(jobs, own, quotas=quotas, pool={"nodes": 3})
+    assert admitted(d) == [2]
+    assert reasons(d)[1] == "quota_exhausted" and 3 in reasons(d)
+    # in strict FIFO, vision's queue order is kept: its second job waits behind the first
+    strict = cycle(jobs, own, quotas=quotas, pool={"nodes": 3}, fifo={"vision": STRICT_FIFO})
+    assert 2 not in admitted(strict) and reasons(strict)[2] == "lower_in_queue"
+
+
+def test_a_department_s_own_queue_order_holds_when_its_first_job_borrows():
+    # vision's first job borrows 2 GPUs and fits: it starts before vision's own guaranteed job, which then no longer
+    # fits (and is no longer guaranteed).
+    d = cycle([pending(1, "vision", gpus=6), pending(2, "vision", gpus=4)])
+    assert admitted(d) == [1]
+    assert list(reasons(d)) == [2]
+
+
+def test_in_the_first_round_a_department_whose_next_job_borrows_goes_after_one_whose_next_job_does_not():
+    # vision (share 0) has a guaranteed 1-GPU job behind an 8-GPU one that would borrow; nlp's 8-GPU job is within
+    # its nominal. nlp's job gets the whole free node, though vision goes first by fair share.
+    own = [running(10, "nlp", [[0, 1]])]
+    quotas = (quota("vision", 4), quota("nlp", 12))
+    jobs = [pending(1, "vision", gpus=8), pending(2, "vision", gpus=1), pending(3, "nlp", gpus=8)]
+    d = cycle(jobs, own, quotas=quotas, pool={"nodes": 2})
+    assert sorted(admitted(d)) == [2, 3]
+    assert list(reasons(d)) == [1]
