@@ -138,12 +138,10 @@ class _Cycle(RoomMaker):
         counts = {}
         for department, queue in queues.items():
             room = nominal(department) - usage[department] + EPSILON
-            last = 0
-            for place, job in enumerate(queue, start=1):
+            for place, job in zip(range(len(queue), 0, -1), reversed(queue)):  # from the back: the last one that fits
                 if job.gpus <= room:
-                    last = place
-            if last:
-                counts[department] = last
+                    counts[department] = place
+                    break
         return counts
 
     def _take_turns(
@@ -170,8 +168,8 @@ class _Cycle(RoomMaker):
             *_, department = heapq.heappop(turns)
             queue = queues[department]
             if shortcut and department in self.heads and self.occupancy.free_units <= 0:
-                # Nothing is free and nothing frees up within a cycle: the rest of this queue waits as it is
-                # (positions then group by department, which a simulation does not need).
+                # Nothing is free and nothing frees up within a cycle: the rest of this queue (past the first round's
+                # count too) waits as it is (positions then group by department, which a simulation does not need).
                 self._all_behind_head(department)
                 continue
             decide(queue.popleft())
@@ -183,6 +181,8 @@ class _Cycle(RoomMaker):
                 heapq.heappush(turns, self._turn(queues, department, first_round))
 
     def _turn(self, queues: dict[str, deque[PendingJob]], department: str, first_round: bool) -> tuple[Any, ...]:
+        """A department's place in the turns, by its next job: in the first round, one that would start on borrowed
+        GPUs (its quota would let it) comes after those that need none; then fair share, priority, submit time."""
         ledger, job = self.ledger, queues[department][0]
         borrows = (
             first_round
