@@ -55,9 +55,15 @@ $(VENV)/bin/portalctl: | $(VENV)/bin/python
 	printf '#!/bin/sh\nPYTHONPATH="%s$${PYTHONPATH:+:$$PYTHONPATH}" exec "%s" -m portalctl "$$@"\n' "$(CURDIR)" "$(abspath $(PY))" > $@
 	chmod +x $@
 
-install: $(VENV)/.installed $(VENV)/bin/portalctl
+# The scheduler's pure core compiled to C with mypyc (quotas/scheduler/compiled.py: what, where, and when it is
+# used instead of the sources), again whenever one of its sources changes. Without a C compiler it runs as Python.
+SCHEDULER_CORE := $(wildcard quotas/scheduler/*.py quotas/scheduler/placement/*.py)
+.build/scheduler/manifest.json: $(SCHEDULER_CORE) | $(VENV)/.installed
+	$(PY) -m quotas.scheduler.build
 
-install-dev: $(VENV)/.installed-dev $(VENV)/bin/portalctl
+install: $(VENV)/.installed $(VENV)/bin/portalctl .build/scheduler/manifest.json
+
+install-dev: $(VENV)/.installed-dev $(VENV)/bin/portalctl .build/scheduler/manifest.json
 
 migrate: install
 	$(PY) manage.py migrate --noinput -v0
@@ -99,8 +105,11 @@ lint: install-dev
 	@PORTAL_DATA_ROOT="$(CURDIR)/var/lint" $(VENV)/bin/mypy
 
 # Tests keep their files (test databases, broker folder, screenshots) apart from `make run`'s.
+# Then the tests that switch a protection of the scheduler core off by patching it (marker pure_core), with the
+# core as Python: the compiled core cannot be patched, so the first pass skips them where it runs.
 test: lint install-dev chromium sandbox
 	PORTAL_DATA_ROOT="$${PORTAL_TEST_DATA_ROOT:-$(CURDIR)/var/test}" $(PY) -m pytest
+	PORTAL_DATA_ROOT="$${PORTAL_TEST_DATA_ROOT:-$(CURDIR)/var/test}" PORTAL_COMPILED_SCHEDULER=0 $(PY) -m pytest -q -m pure_core
 
 # On a machine with NVIDIA GPUs: what a sandboxed job sees of them (tests/gpu; skipped everywhere else).
 test-gpu: install-dev sandbox
@@ -113,4 +122,4 @@ test-k8s: install-dev
 	PORTAL_DATA_ROOT="$${PORTAL_TEST_DATA_ROOT:-$(CURDIR)/var/test-k8s}" $(PY) -m pytest tests/k8s/test_contract_on_cluster.py
 
 clean:
-	rm -rf var/test
+	rm -rf var/test .build

@@ -76,6 +76,7 @@ from quotas.scheduler import (
     RunningJob,
     ServicePolicy,
     Snapshot,
+    compiled,
     schedule,
 )
 from quotas.scheduler.incremental import IncrementalScheduler
@@ -552,6 +553,7 @@ def main(argv: list[str] | None = None) -> dict:
         if not args.service.enabled
         else [args.service.quantum, args.service.factor, args.service.min_run_seconds],
         "engine": args.engine,
+        "scheduler_core": "compiled" if compiled.active() else "python",
         "settle": args.settle,
         "admissions": replay.admissions,
         "admissions_per_second": round(replay.admissions / max(replay.scheduler_seconds, 1e-9), 1),

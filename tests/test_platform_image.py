@@ -33,6 +33,7 @@ def test_it_builds_one_unprivileged_image_for_every_process():
     assert "apt-get install -y --no-install-recommends git" in runs
     assert "pip install --no-cache-dir --require-hashes --no-deps -r requirements.lock" in runs
     assert "manage.py collectstatic --noinput" in runs
+    assert "python -m quotas.scheduler.build" in runs  # the compiled scheduler core
     (env,) = instruction("ENV")
     assert "PORTAL_DATA_ROOT=/app/var" in env and "PORTAL_BIND=0.0.0.0" in env and "PATH=/app/.venv/bin:$PATH" in env
     # The venv is where the Procfile's command lines find it, relative to WORKDIR.

@@ -1,7 +1,11 @@
 """The scheduler's pure core: ``schedule(snapshot, now=...) -> Decisions``. No Django, no I/O."""
 
-from quotas.scheduler.core import schedule
-from quotas.scheduler.types import (
+from quotas.scheduler import compiled
+
+compiled.use(__path__)  # the compiled core where it was built for these very sources (quotas.scheduler.compiled)
+
+from quotas.scheduler.core import schedule  # noqa: E402
+from quotas.scheduler.types import (  # noqa: E402
     BEST_EFFORT_FIFO,
     BINPACK,
     FRAGMENTATION,

@@ -22,14 +22,13 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict, deque
 from collections.abc import Callable
-from typing import Any
 
 from quotas.scheduler.eta import estimate_starts
 from quotas.scheduler.ledger import EPSILON
 from quotas.scheduler.moves import find_packing
 from quotas.scheduler.placement import FULL
 from quotas.scheduler.room import RoomMaker
-from quotas.scheduler.state import EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE, queue_key
+from quotas.scheduler.state import EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE, Head, queue_key
 from quotas.scheduler.types import (
     GREEDY,
     STRICT_FIFO,
@@ -77,6 +76,7 @@ class _Cycle(RoomMaker):
         self.now, self.decisions, self.waiting = now, decisions, []
         self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE
         self._borrowers_at, self._once_stopped, self._no_room = -1, {}, {}  # keyed by counts of the earlier decisions
+        self._no_fit = set()
         key = queue_key(self.snapshot.service)
         queues: dict[str, deque[PendingJob]] = defaultdict(deque)
         for job in sorted(arrivals, key=key):
@@ -84,7 +84,7 @@ class _Cycle(RoomMaker):
 
         def decide(job: PendingJob) -> None:
             head = self.heads.get(job.department)
-            if head is not None and key(head[0]) < key(job):
+            if head is not None and key(head.job) < key(job):
                 self._behind_blocked_head(job)
             else:
                 self._try(job)
@@ -165,22 +165,28 @@ class _Cycle(RoomMaker):
         heapq.heapify(turns)
         shortcut = queues is self.queues and not self.snapshot.explain
         while turns:
-            *_, department = heapq.heappop(turns)
+            department = turns[0][-1]  # the next turn's; its key is replaced (or removed) once it went
             queue = queues[department]
             if shortcut and department in self.heads and self.occupancy.free_units <= 0:
                 # Nothing is free and nothing frees up within a cycle: the rest of this queue (past the first round's
                 # count too) waits as it is (positions then group by department, which a simulation does not need).
                 self._all_behind_head(department)
+                heapq.heappop(turns)
                 continue
             decide(queue.popleft())
             if counts is not None:
                 counts[department] -= 1
                 if not counts[department]:
+                    heapq.heappop(turns)
                     continue
             if queue:
-                heapq.heappush(turns, self._turn(queues, department, first_round))
+                heapq.heapreplace(turns, self._turn(queues, department, first_round))
+            else:
+                heapq.heappop(turns)
 
-    def _turn(self, queues: dict[str, deque[PendingJob]], department: str, first_round: bool) -> tuple[Any, ...]:
+    def _turn(
+        self, queues: dict[str, deque[PendingJob]], department: str, first_round: bool
+    ) -> tuple[bool, float, int, float, str]:
         """A department's place in the turns, by its next job: in the first round, one that would start on borrowed
         GPUs (its quota would let it) comes after those that need none; then fair share, priority, submit time."""
         ledger, job = self.ledger, queues[department][0]
@@ -203,8 +209,15 @@ class _Cycle(RoomMaker):
     def _admit_if_fits(self, job: PendingJob) -> bool:
         if not self._may_start(job):
             return False
-        slots = self.occupancy.place(job.workers, job.gpus_per_worker, prefer=self.pinned if self._pins(job) else ())
+        # The occupancy changes only with admissions and booked rooms within a cycle (searches put back what they
+        # try): a shape that did not fit since then does not fit now.
+        pins = self._pins(job)
+        shape = (job.workers, job.gpus_per_worker, pins, len(self.decisions.admissions), len(self.booked))
+        if shape in self._no_fit:
+            return False
+        slots = self.occupancy.place(job.workers, job.gpus_per_worker, prefer=self.pinned if pins else ())
         if slots is None:
+            self._no_fit.add(shape)
             return False
         if not job.preemptible:
             self.pinned.update(slot.node for slot in slots)
@@ -217,8 +230,8 @@ class _Cycle(RoomMaker):
         end = self.now + job.max_runtime if job.max_runtime else None
         self.releases.book(end, job.gpus)
         for head in self.heads.values():  # what is booked at each blocked head's shadow time
-            if head[1] is not None and (end is None or end > head[1]):
-                head[2] += job.gpus
+            if head.shadow is not None and (end is None or end > head.shadow):
+                head.at_shadow += job.gpus
         self.decisions.admissions.append(
             Admission(job_id=job.job_id, slots=tuple(slots), borrowed=min(borrowed, job.gpus))
         )
@@ -257,7 +270,7 @@ class _Cycle(RoomMaker):
             return
         self.head_reasons[job.department] = reason
         shadow = None if reason in ("borrowing_limit", "quota_exhausted") else self.releases.first_free(job.gpus)
-        self.heads[job.department] = [job, shadow, self.releases.in_use_at(shadow) if shadow is not None else 0.0]
+        self.heads[job.department] = Head(job, shadow, self.releases.in_use_at(shadow) if shadow is not None else 0.0)
 
     def _place_or_make_room(self, job: PendingJob) -> tuple[str, str] | None:
         """None if ``job`` was admitted, else why it waits (after making room for it where that is possible)."""
@@ -312,7 +325,8 @@ class _Cycle(RoomMaker):
         )
 
     def _behind_blocked_head(self, job: PendingJob) -> None:
-        head, shadow, at_shadow = self.heads[job.department]
+        blocked = self.heads[job.department]
+        head, shadow, at_shadow = blocked.job, blocked.shadow, blocked.at_shadow
         mode = self.snapshot.fifo.get(job.department)
         within = self.ledger.within_nominal
         booked = head.job_id in self.booked_ids

@@ -148,7 +148,9 @@ class IncrementalScheduler:
         else:
             book.nominated.discard(job.job_id)
 
-    update_pending = add_pending
+    def update_pending(self, job: PendingJob) -> None:
+        """A pending job changed (priority, nominated, ...): ``add_pending`` (it keeps its place)."""
+        self.add_pending(job)
 
     def remove_pending(self, job_id: int) -> PendingJob:
         """A job cancelled or no longer offered to the scheduler; KeyError if it is not pending."""

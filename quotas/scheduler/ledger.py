@@ -31,7 +31,7 @@ class Ledger:
         self.kept_total = sum(self._kept_back(d) for d in set(self.quota) | set(self.usage))
 
     def copy(self) -> Ledger:
-        clone = object.__new__(Ledger)
+        clone = Ledger(self.pool, [], {})  # then filled with this ledger's state
         clone.pool, clone.capacity, clone.quota, clone.kept_total = (
             self.pool,
             self.capacity,

@@ -14,7 +14,7 @@ starts again in the next cycle), a borrowed one is reclaimed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.placement import Occupancy
@@ -114,11 +114,7 @@ def _feasible(
                 continue
             workers = len(victim.slots)
             again = occupancy.place(workers, victim.gpus / workers)
-            candidates = (
-                r
-                for r in evictable
-                if r.department != victim.department and ledger.borrowed(r.department) > 1e-9 and id(r) not in gone
-            )
+            candidates = _borrowing_others(evictable, victim, ledger, gone)
             while again is None and len(extra) < EXTRA_RECLAIMS * job.workers:
                 borrower = next(candidates, None)
                 if borrower is None or ledger.borrowed(borrower.department) <= 1e-9:
@@ -147,6 +143,16 @@ def _feasible(
         for victim in victims:
             occupancy.retake(victim.slots)
             ledger.add(victim.department, victim.gpus)
+
+
+def _borrowing_others(
+    evictable: Sequence[RunningJob], victim: RunningJob, ledger: Ledger, gone: set[int]
+) -> Iterator[RunningJob]:
+    """Other departments' evictable workloads while their department borrows, judged lazily (each when reached:
+    the reclaims before it change who still borrows)."""
+    for run in evictable:
+        if run.department != victim.department and ledger.borrowed(run.department) > 1e-9 and id(run) not in gone:
+            yield run
 
 
 def _make_way(

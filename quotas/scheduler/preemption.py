@@ -19,7 +19,7 @@ than the minimum runtime, are never chosen.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from quotas.scheduler.ledger import Ledger
 from quotas.scheduler.placement import Occupancy
@@ -51,15 +51,7 @@ def find_victims(
     be evicted for less-served jobs, most service first; only those with at least ``service_floor``
     are candidates.
     """
-    within = ledger.within_nominal(job.department, job.gpus)
-    reclaim = ((r, "reclaim") for r in evictable if within and r.department != job.department)
-    priority = ((r, "priority") for r in evictable if r.department == job.department and r.priority < job.priority)
-    service = (
-        (r, "service")
-        for _, r in itertools.takewhile(lambda pair: pair[0] >= service_floor, by_service)
-        if r.priority <= job.priority
-    )
-    candidates = itertools.chain(reclaim, priority, service)
+    candidates = _candidates(job, ledger.within_nominal(job.department, job.gpus), evictable, by_service, service_floor)
     removed: list[tuple[RunningJob, str]] = []
     seen: set[int] = set()
     enough = False
@@ -87,6 +79,29 @@ def find_victims(
             occupancy.retake(victim.slots)
             ledger.add(victim.department, victim.gpus)
     return _fewest(job, ledger, occupancy, removed) if enough else None
+
+
+def _candidates(
+    job: PendingJob,
+    within: bool,
+    evictable: list[RunningJob],
+    by_service: Sequence[tuple[float, RunningJob]],
+    service_floor: float,
+) -> Iterator[tuple[RunningJob, str]]:
+    """Reclaim candidates (only for a job within its nominal), then priority, then service ones, lazily: a search
+    stops at the first set that makes room."""
+    if within:
+        for run in evictable:
+            if run.department != job.department:
+                yield run, "reclaim"
+    for run in evictable:
+        if run.department == job.department and run.priority < job.priority:
+            yield run, "priority"
+    for service, run in by_service:
+        if service < service_floor:
+            return
+        if run.priority <= job.priority:
+            yield run, "service"
 
 
 def _fewest(

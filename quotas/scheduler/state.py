@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from operator import itemgetter
 from typing import Any
 
@@ -65,14 +64,14 @@ class CycleState:
         else:
             self._build(snapshot, pool, pending, running, now)
         self.waiting: list[tuple[int, str, str]] = []  # job id, reason, message, in admission order
-        # department -> [blocked head, its estimated start (shadow time), GPUs booked at that time]
-        self.heads: dict[str, list[Any]] = {}
+        self.heads: dict[str, Head] = {}  # department -> its blocked head
         self.head_reasons: dict[str, str] = {}
         self.reclaiming_for: PendingJob | None = None  # a guaranteed job GPUs are being freed for
         self._borrowers_at = -1
         self._borrowers_cache: list[tuple[str, float]] = []
         self._once_stopped: dict[tuple[Any, ...], bool] = {}
         self._no_room: dict[tuple[Any, ...], tuple[str, str]] = {}  # core._try: shapes that found no room
+        self._no_fit: set[tuple[int, float, bool, int, int]] = set()  # core._admit_if_fits: shapes that did not fit
         self._stopping_ids: tuple[int, str] = (
             -1,
             "",
@@ -83,18 +82,42 @@ class CycleState:
         self.on_node: dict[str, list[RunningJob]] | None = None
         # Eviction searches are the costly part of a cycle: this many per cycle, the rest try next cycle.
         self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE
+        # Made when first read (the properties below), then kept up to date; plain attributes rather than
+        # functools.cached_property, so that the compiled core (quotas.scheduler.compiled) has them as fields.
+        self._pinned: set[str] | None = None
+        self._evictable: list[RunningJob] | None = None
+        self._by_service: list[tuple[float, RunningJob]] | None = None
+        self._service_gpus: float | None = None
 
-    @cached_property
+    @property
     def pinned(self) -> set[str]:
         """Nodes holding work that cannot be preempted. More such work goes there first (core._admit_if_fits), so the
         other nodes stay clearable: scattered over every node with a free GPU, it pinned the free GPUs of a busy pool
         in ones and twos where no move could gather them for a guaranteed 8-GPU job."""
+        if self._pinned is None:
+            self._pinned = self._make_pinned()
+        return self._pinned
+
+    @pinned.setter
+    def pinned(self, value: set[str]) -> None:
+        self._pinned = value
+
+    def _make_pinned(self) -> set[str]:
         return {slot.node for job in self.running if not job.preemptible for slot in job.slots}
 
-    @cached_property
+    @property
     def evictable(self) -> list[RunningJob]:
         """Who may be evicted, in eviction order: lowest priority, then least work lost (most recently started, or
         most recently checkpointed for jobs that declare their checkpoints; RunningJob.unsaved, inline)."""
+        if self._evictable is None:
+            self._evictable = self._make_evictable()
+        return self._evictable
+
+    @evictable.setter
+    def evictable(self, value: list[RunningJob]) -> None:
+        self._evictable = value
+
+    def _make_evictable(self) -> list[RunningJob]:
         now = self.now
         keys = []
         for job in self._candidates:
@@ -105,10 +128,19 @@ class CycleState:
         candidates = self._candidates
         return [candidates[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
 
-    @cached_property
+    @property
     def by_service(self) -> list[tuple[float, RunningJob]]:
         """Least attained service: (GPU-seconds, workload) of those that ran long enough this time, most served
         first (ties in eviction order)."""
+        if self._by_service is None:
+            self._by_service = self._make_by_service()
+        return self._by_service
+
+    @by_service.setter
+    def by_service(self, value: list[tuple[float, RunningJob]]) -> None:
+        self._by_service = value
+
+    def _make_by_service(self) -> list[tuple[float, RunningJob]]:
         policy = self.policy
         if not policy.enabled:
             return []
@@ -128,9 +160,18 @@ class CycleState:
         pairs.sort(key=itemgetter(0), reverse=True)  # stable: equal service keeps eviction order
         return pairs
 
-    @cached_property
+    @property
     def service_gpus(self) -> float:
         """An upper bound of what service evictions can free for a fresh job."""
+        if self._service_gpus is None:
+            self._service_gpus = self._make_service_gpus()
+        return self._service_gpus
+
+    @service_gpus.setter
+    def service_gpus(self, value: float) -> None:
+        self._service_gpus = value
+
+    def _make_service_gpus(self) -> float:
         floor = self.policy.factor * self.policy.quantum
         return sum(job.gpus for service, job in self.by_service if service >= floor)
 
@@ -165,6 +206,16 @@ def queue_key(policy: ServicePolicy) -> Callable[[PendingJob], tuple[Any, ...]]:
     submit time; the job id breaks ties, so the order is total."""
     quantum = policy.quantum if policy.enabled else float("inf")
     return lambda j: (-j.priority, j.attained >= quantum, j.submitted_at, j.job_id)
+
+
+@dataclass
+class Head:
+    """A department's blocked head: the job, its estimated start (shadow time; None where it has none) and the GPUs
+    booked at that time (core._admit_if_fits adds what it admits that still runs then)."""
+
+    job: PendingJob
+    shadow: float | None
+    at_shadow: float
 
 
 @dataclass

@@ -5,6 +5,7 @@ free GPUs elsewhere. Table tests, then a property over random busy pools (hypoth
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -44,6 +45,7 @@ def test_a_job_that_may_start_gathers_scattered_free_gpus_into_a_whole_node():
     assert {s.node for a in after.admissions if a.job_id == 1 for s in a.slots} == {"n0"}
 
 
+@pytest.mark.pure_core
 def test_without_consolidation_the_job_waits_for_a_node_to_empty(monkeypatch):
     monkeypatch.setattr("quotas.scheduler.room.find_consolidation", lambda *args: None)
     runs, quotas = scattered_pool()

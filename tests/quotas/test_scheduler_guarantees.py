@@ -4,6 +4,8 @@ guaranteed jobs do not wait behind borrowers, GPUs freed for a job go to it, and
 
 from dataclasses import replace
 
+import pytest
+
 from quotas.scheduler import (
     STRICT_FIFO,
 )
@@ -186,6 +188,7 @@ def test_nothing_starts_on_borrowed_gpus_while_gpus_are_reclaimed_for_a_guarante
     assert admitted(own) == [2]
 
 
+@pytest.mark.pure_core
 def test_work_that_cannot_be_preempted_goes_where_such_work_already_is(monkeypatch):
     # n0 holds a preemptible 4-GPU job, n1 one GPU of work that cannot be preempted. Binpack alone puts the next
     # job on n0, the fullest; one that cannot be preempted goes to n1, so that n0 stays clearable by moves.
@@ -255,6 +258,7 @@ def test_work_that_cannot_be_preempted_moves_preemptible_work_off_a_node_such_wo
     assert [(a.job_id, {s.node for s in a.slots}) for a in again.admissions] == [(1, {"n0"})]
 
 
+@pytest.mark.pure_core
 def test_work_that_cannot_be_preempted_takes_another_node_at_once_where_nothing_can_move(monkeypatch):
     job = pending(1, "vision", gpus=1, preemptible=False, priority=1000)
 

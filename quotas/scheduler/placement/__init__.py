@@ -8,10 +8,14 @@
 
 from dataclasses import replace
 
-from quotas.scheduler.placement.fragmentation import FULL, PodMix, Shape, TypicalPods
-from quotas.scheduler.placement.occupancy import NodeSpec, Occupancy, units
-from quotas.scheduler.placement.policies import Binpack, Fragmentation, Spread, make_policy, policy_for
-from quotas.scheduler.types import PoolState, Slot
+from quotas.scheduler import compiled
+
+compiled.use(__path__, "placement")  # as quotas.scheduler does
+
+from quotas.scheduler.placement.fragmentation import FULL, PodMix, Shape, TypicalPods  # noqa: E402
+from quotas.scheduler.placement.occupancy import NodeSpec, Occupancy, units  # noqa: E402
+from quotas.scheduler.placement.policies import Binpack, Fragmentation, Spread, make_policy, policy_for  # noqa: E402
+from quotas.scheduler.types import PoolState, Slot  # noqa: E402
 
 __all__ = [
     "FULL",

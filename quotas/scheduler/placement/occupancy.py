@@ -54,8 +54,12 @@ class NodeSpec:
 class Occupancy:
     state_of: list[State]  # each node's state, by node index; set with ``by_state`` (``states``)
 
-    def __init__(self, pool: PoolState, policy: PlacementPolicy | None = None):
-        """The occupancy of ``pool`` (its nodes, ``used`` shares and ``placement`` policy, or ``policy``)."""
+    def __init__(self, pool: PoolState | None, policy: PlacementPolicy | None = None):
+        """The occupancy of ``pool`` (its nodes, ``used`` shares and ``placement`` policy, or ``policy``); of no
+        node for None (``from_nodes`` and ``copy`` then fill it: the compiled core has no ``object.__new__``)."""
+        if pool is None:
+            self._build([], {}, policy if policy is not None else make_policy(BINPACK))
+            return
         self._build(
             [NodeSpec(name, pool.gpus_per_node) for name in pool.nodes],
             pool.used,
@@ -71,7 +75,7 @@ class Occupancy:
     ) -> Occupancy:
         """Nodes that may differ (``NodeSpec``s); ``used``: (node, GPU) -> share in use; ``policy``: a name or
         a policy object (anything with ``whole``, ``fraction`` and ``no_gpu`` as in ``policies``)."""
-        occupancy = object.__new__(cls)
+        occupancy = cls(None)
         occupancy._build(list(nodes), used or {}, make_policy(policy) if isinstance(policy, str) else policy)
         return occupancy
 
@@ -114,8 +118,9 @@ class Occupancy:
         return self.free_units / FULL
 
     def copy(self) -> Occupancy:
-        clone = object.__new__(Occupancy)
-        clone.__dict__.update(self.__dict__)
+        clone = Occupancy(None, self.policy)
+        clone.nodes, clone.index, clone.gpu_count, clone.model = self.nodes, self.index, self.gpu_count, self.model
+        clone.limited, clone.most, clone.free_units = self.limited, self.most, self.free_units
         clone.cpu_free, clone.mem_free, clone.pods_free = list(self.cpu_free), list(self.mem_free), list(self.pods_free)
         clone.gpu_free = [list(gpus) for gpus in self.gpu_free]
         clone.whole_free = {node: set(gpus) for node, gpus in self.whole_free.items()}
@@ -237,12 +242,12 @@ class Occupancy:
         self, worker: int, needed: int, cpu: float, mem: float, models: Collection[str], prefer: Collection[str]
     ) -> Slot | None:
         """One worker of ``needed`` whole GPUs on the fullest of ``prefer`` it fits (binpack's order among equals)."""
-        node = None
+        simple = not self.limited and not models  # then any node with the GPUs fits (first_fitting)
         for free in range(needed, self.most + 1):
-            node = self.first_fitting((n for n in self.by_free[free] if n in prefer), cpu, mem, models)
-            if node is not None:
-                break
-        return None if node is None else self._take_whole(worker, node, needed, cpu, mem)
+            for node in self.by_free[free]:
+                if node in prefer and (simple or self.room(self.index[node], cpu, mem, models)):
+                    return self._take_whole(worker, node, needed, cpu, mem)
+        return None
 
     def _take_whole(self, worker: int, node: str, needed: int, cpu: float, mem: float) -> Slot:
         """Take the lowest-index ``needed`` whole free GPUs of ``node`` (and ``cpu``, ``mem``) for one worker."""

@@ -24,8 +24,13 @@ from bisect import bisect_right
 from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol, cast
 
+from mypy_extensions import mypyc_attr
+
 from quotas.scheduler.placement.fragmentation import FULL, PodMix, Shape, TypicalPods
 from quotas.scheduler.types import BINPACK, FRAGMENTATION, PLACEMENTS, SPREAD, PendingJob, PoolState, RunningJob
+
+# Fragmentation scores kept; past this the cache starts again (a long simulation sees many states).
+SCORE_CACHE_LIMIT = 200_000
 
 if TYPE_CHECKING:  # occupancy imports this module
     from quotas.scheduler.placement.occupancy import Occupancy, State
@@ -106,13 +111,13 @@ class Spread:
         return self.whole(occupancy, 0, cpu, mem)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # bench.placement_baselines scores its own way
 class Fragmentation:
     """Scores node *states* (``Occupancy.states()``), not nodes: nodes in one state score the same, and a
     portal pool has few states however many nodes it has. Scores are kept per (state, worker shape) until
     the mix changes (``use``)."""
 
     name = FRAGMENTATION
-    CACHE_LIMIT = 200_000  # scores kept; past this the cache starts again (a long simulation sees many states)
 
     def __init__(self, typical: TypicalPods | None = None):
         self.use(typical if typical is not None else TypicalPods([]))
@@ -156,7 +161,7 @@ class Fragmentation:
     ) -> tuple[int, int | None] | None:
         """(node index, GPU free milli to slice, for a fraction) of the best placement, or None if none fits."""
         scores = self.scores
-        if len(scores) > self.CACHE_LIMIT:
+        if len(scores) > SCORE_CACHE_LIMIT:
             scores.clear()
         best_key: tuple[float, ...] | None = None
         best_states: list[tuple[State, int | None]] = []
