@@ -308,7 +308,7 @@ class _Cycle(RoomMaker):
             return None
         self.moves_left -= 1
         victims = find_packing(
-            job, self.ledger, self.occupancy, self._on_node(), {r.job_id for r in self.evictable}, self.pinned, self.now
+            job, self.ledger, self.occupancy, self._on_node(), self._evictable_ids(), self.pinned, self.now
         )
         if not victims:
             return None

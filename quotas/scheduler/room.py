@@ -57,7 +57,7 @@ class RoomMaker(CycleState):
             # moving guaranteed work that fits again at once elsewhere.
             self.moves_left -= 1
             victims = find_consolidation(
-                job, self.ledger, self.occupancy, self._on_node(), {r.job_id for r in self.evictable}, self.now
+                job, self.ledger, self.occupancy, self._on_node(), self._evictable_ids(), self.now
             )
             consolidating = bool(victims)
         if not victims:

@@ -128,6 +128,11 @@ class CycleState:
         candidates = self._candidates
         return [candidates[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
 
+    def _evictable_ids(self) -> set[int]:
+        """The ids of who may be evicted, without making the eviction order (moves ask for the set only). Until the
+        order is made nothing was evicted (an eviction makes it first), so the candidates are the same workloads."""
+        return {job.job_id for job in (self._evictable if self._evictable is not None else self._candidates)}
+
     @property
     def by_service(self) -> list[tuple[float, RunningJob]]:
         """Least attained service: (GPU-seconds, workload) of those that ran long enough this time, most served
@@ -173,7 +178,27 @@ class CycleState:
 
     def _make_service_gpus(self) -> float:
         floor = self.policy.factor * self.policy.quantum
-        return sum(job.gpus for service, job in self.by_service if service >= floor)
+        if self._by_service is not None:
+            return sum(job.gpus for service, job in self._by_service if service >= floor)
+        # The same sum without sorting: room._eviction_could_help asks for it in most cycles, and a search (which needs
+        # the orders) follows in few. Nothing was evicted yet (an eviction makes the orders first), so the candidates
+        # are the same workloads; _make_by_service's filter, inline.
+        policy = self.policy
+        if not policy.enabled:
+            return 0.0
+        now, min_run, max_unsaved = self.now, policy.min_run_seconds, policy.max_unsaved_seconds
+        total = 0.0
+        for job in self._candidates:
+            ran = now - job.started_at
+            if ran < min_run:
+                continue
+            ran = ran if ran > 0.0 else 0.0
+            every = job.checkpoint_every
+            if every and ran % every > max_unsaved:
+                continue
+            if job.attained + job.gpus * ran >= floor:
+                total += job.gpus
+        return total
 
     def _build(
         self, snapshot: Snapshot, pool: PoolState, pending: list[PendingJob], running: list[RunningJob], now: float
@@ -208,14 +233,12 @@ def queue_key(policy: ServicePolicy) -> Callable[[PendingJob], tuple[Any, ...]]:
     return lambda j: (-j.priority, j.attained >= quantum, j.submitted_at, j.job_id)
 
 
-@dataclass
 class Head:
     """A department's blocked head: the job, its estimated start (shadow time; None where it has none) and the GPUs
     booked at that time (core._admit_if_fits adds what it admits that still runs then)."""
 
-    job: PendingJob
-    shadow: float | None
-    at_shadow: float
+    def __init__(self, job: PendingJob, shadow: float | None, at_shadow: float) -> None:
+        self.job, self.shadow, self.at_shadow = job, shadow, at_shadow
 
 
 @dataclass

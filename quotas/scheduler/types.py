@@ -19,14 +19,22 @@ FRAGMENTATION = "fragmentation"
 PLACEMENTS = (BINPACK, SPREAD, FRAGMENTATION)
 
 
-@dataclass(frozen=True)
+@dataclass(init=False, unsafe_hash=True)
 class Slot:
-    """Where one worker runs: a node and GPU indices on it, or one GPU shared by ``fraction``."""
+    """Where one worker runs: a node and GPU indices on it, or one GPU shared by ``fraction``.
+
+    Never changed once made, like every type here; this one and the other decisions (``Admission``,
+    ``Preemption``, ``Waiting``) are not ``frozen`` only because a cycle makes thousands of them and a frozen
+    dataclass's ``__init__`` is interpreted Python even in the compiled core (quotas.scheduler.compiled), about 7x
+    the cost of this written-out one."""
 
     worker: int
     node: str
-    gpus: tuple[int, ...] = ()
-    fraction: float | None = None
+    gpus: tuple[int, ...]
+    fraction: float | None
+
+    def __init__(self, worker: int, node: str, gpus: tuple[int, ...] = (), fraction: float | None = None) -> None:
+        self.worker, self.node, self.gpus, self.fraction = worker, node, gpus, fraction
 
 
 @dataclass(frozen=True)
@@ -152,28 +160,40 @@ class Snapshot:
     explain: bool = True  # False: decisions only, no messages or estimated starts (simulations)
 
 
-@dataclass(frozen=True)
-class Admission:
+@dataclass(init=False, unsafe_hash=True)
+class Admission:  # never changed once made (Slot says why it is not frozen)
     job_id: int
     slots: tuple[Slot, ...]
-    borrowed: float = 0  # GPUs of this job beyond its department's nominal
+    borrowed: float  # GPUs of this job beyond its department's nominal
+
+    def __init__(self, job_id: int, slots: tuple[Slot, ...], borrowed: float = 0) -> None:
+        self.job_id, self.slots, self.borrowed = job_id, slots, borrowed
 
 
-@dataclass(frozen=True)
-class Preemption:
+@dataclass(init=False, unsafe_hash=True)
+class Preemption:  # never changed once made (Slot says why it is not frozen)
     job_id: int
     reason: str  # reclaim | priority | service
     message: str
     for_job: int
 
+    def __init__(self, job_id: int, reason: str, message: str, for_job: int) -> None:
+        self.job_id, self.reason, self.message, self.for_job = job_id, reason, message, for_job
 
-@dataclass(frozen=True)
-class Waiting:
+
+@dataclass(init=False, unsafe_hash=True)
+class Waiting:  # never changed once made (Slot says why it is not frozen)
     job_id: int
     reason: str  # quota_exhausted, borrowing_limit, no_capacity, gang_does_not_fit, lower_in_queue, preemption_in_progress ...
     message: str
     position: int  # 1-based place in its pool's queue (admission order)
-    estimated_start: float | None = None
+    estimated_start: float | None
+
+    def __init__(
+        self, job_id: int, reason: str, message: str, position: int, estimated_start: float | None = None
+    ) -> None:
+        self.job_id, self.reason, self.message, self.position = job_id, reason, message, position
+        self.estimated_start = estimated_start
 
 
 @dataclass
