@@ -1,7 +1,7 @@
 """The scheduler's pure core compiled to C with mypyc (the compiler mypy's own releases are built with).
 
 The core is plain typed Python and stays the source of truth: compiling it changes no decision, only its
-speed (about 1.8x for a full cycle). ``python -m quotas.scheduler.build`` (run by ``make install``)
+speed (a full cycle 1.7-2.5x faster). ``python -m quotas.scheduler.build`` (run by ``make install``)
 compiles ``MODULES`` into ``BUILD`` (``.build/scheduler`` at the repository root, never committed) with a
 manifest of the sources' hashes. At import, ``quotas.scheduler`` and ``quotas.scheduler.placement`` put that
 folder before their own on ``__path__`` (``use``), so the compiled modules load instead of the sources, but
@@ -10,7 +10,8 @@ in the log) until the next ``make install``; ``PORTAL_COMPILED_SCHEDULER=0`` alw
 
 What compiling asks of the core's code (mypyc compiles classes into C structs): no ``object.__new__`` and no
 ``__dict__`` (``Occupancy.copy`` and ``Ledger.copy`` copy their fields), no ``functools.cached_property``
-(``CycleState``'s lazily made orders are properties over plain fields), and no monkeypatching of a compiled
+(``CycleState``'s lazily made orders are properties over plain fields), written-out ``__init__``s for the types a
+cycle makes by the thousand (a dataclass's generated one runs interpreted), and no monkeypatching of a compiled
 function or class from outside: tests that switch a protection off that way are marked ``pure_core`` and run
 in ``make test``'s second, uncompiled pass.
 
