@@ -9,7 +9,7 @@ heads, and the budget of eviction and move searches per cycle.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -146,14 +146,19 @@ class CycleState:
         self._by_service = value
 
     def _make_by_service(self) -> list[tuple[float, RunningJob]]:
+        pairs = list(self._served(self.evictable))
+        pairs.sort(key=itemgetter(0), reverse=True)  # stable: equal service keeps eviction order
+        return pairs
+
+    def _served(self, jobs: list[RunningJob]) -> Iterator[tuple[float, RunningJob]]:
+        """(GPU-seconds of service, workload) of those of ``jobs`` that ran long enough in this run to be evicted for
+        less-served work (and, declaring checkpoints, saved one recently enough); none where the policy is off.
+        RunningJob.unsaved and .service inline: this runs for every workload, every cycle."""
         policy = self.policy
         if not policy.enabled:
-            return []
+            return
         now, min_run, max_unsaved = self.now, policy.min_run_seconds, policy.max_unsaved_seconds
-        pairs = []
-        # Those that ran long enough in this run to be evicted for less-served work (and, declaring checkpoints,
-        # saved one recently enough); RunningJob.unsaved and .service inline: this runs for every job, every cycle.
-        for job in self.evictable:
+        for job in jobs:
             ran = now - job.started_at
             if ran < min_run:
                 continue
@@ -161,9 +166,7 @@ class CycleState:
             every = job.checkpoint_every
             if every and ran % every > max_unsaved:
                 continue
-            pairs.append((job.attained + job.gpus * ran, job))
-        pairs.sort(key=itemgetter(0), reverse=True)  # stable: equal service keeps eviction order
-        return pairs
+            yield job.attained + job.gpus * ran, job
 
     @property
     def service_gpus(self) -> float:
@@ -178,27 +181,11 @@ class CycleState:
 
     def _make_service_gpus(self) -> float:
         floor = self.policy.factor * self.policy.quantum
-        if self._by_service is not None:
-            return sum(job.gpus for service, job in self._by_service if service >= floor)
-        # The same sum without sorting: room._eviction_could_help asks for it in most cycles, and a search (which needs
-        # the orders) follows in few. Nothing was evicted yet (an eviction makes the orders first), so the candidates
-        # are the same workloads; _make_by_service's filter, inline.
-        policy = self.policy
-        if not policy.enabled:
-            return 0.0
-        now, min_run, max_unsaved = self.now, policy.min_run_seconds, policy.max_unsaved_seconds
-        total = 0.0
-        for job in self._candidates:
-            ran = now - job.started_at
-            if ran < min_run:
-                continue
-            ran = ran if ran > 0.0 else 0.0
-            every = job.checkpoint_every
-            if every and ran % every > max_unsaved:
-                continue
-            if job.attained + job.gpus * ran >= floor:
-                total += job.gpus
-        return total
+        # Without sorting where the orders are not made yet: room._eviction_could_help asks for this in most cycles,
+        # and a search (which needs the orders) follows in few. Until they are made nothing was evicted (an eviction
+        # makes them first), so the candidates are the same workloads.
+        served = self._by_service if self._by_service is not None else self._served(self._candidates)
+        return sum(job.gpus for service, job in served if service >= floor)
 
     def _build(
         self, snapshot: Snapshot, pool: PoolState, pending: list[PendingJob], running: list[RunningJob], now: float
