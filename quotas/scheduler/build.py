@@ -15,7 +15,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from quotas.scheduler.compiled import BUILD, MANIFEST, MODULES, PACKAGE, ROOT, SWITCH, _decide, _sources, _tag
+from quotas.scheduler.compiled import BUILD, MANIFEST, MODULES, PACKAGE, ROOT, SWITCH, python_tag, source_hashes, usable
 
 
 def build(out: Path = BUILD) -> None:
@@ -44,7 +44,9 @@ def build(out: Path = BUILD) -> None:
             distribution.run_command("build_ext")
         finally:
             os.chdir(cwd)
-        (target / MANIFEST).write_text(json.dumps({"tag": _tag(), "sources": _sources()}, indent=1, sort_keys=True))
+        (target / MANIFEST).write_text(
+            json.dumps({"tag": python_tag(), "sources": source_hashes()}, indent=1, sort_keys=True)
+        )
         old = work / "old"
         if out.exists():
             out.rename(old)
@@ -55,17 +57,21 @@ def main() -> None:
     if os.environ.get(SWITCH, "1") == "0":
         print(f"{SWITCH}=0: the scheduler core is not compiled; it runs as Python.")
         return
-    if _decide(quiet=True):
+    if usable(quiet=True):
         (BUILD / MANIFEST).touch()  # for make: newer than the sources it was checked against
         print(f"The compiled scheduler core in {BUILD} is up to date.")
         return
     try:
         import mypyc.build  # noqa: F401  (mypy, a pinned requirement)
     except ImportError:
-        print("mypyc is not installed: the scheduler core runs as Python (about half as fast).", file=sys.stderr)
+        print("mypyc is not installed (mypy, in requirements.txt): the scheduler core runs as Python.", file=sys.stderr)
         return
     if shutil.which(str(sysconfig.get_config_var("CC") or "cc").split()[0]) is None:
-        print("No C compiler: the scheduler core runs as Python (about half as fast).", file=sys.stderr)
+        print(
+            "No C compiler: the scheduler core runs as Python, at about half the speed. Install gcc (Debian: "
+            "apt-get install gcc) and run make install again to compile it.",
+            file=sys.stderr,
+        )
         return
     build()
     print(f"Compiled the scheduler core into {BUILD}.")

@@ -53,11 +53,11 @@ SWITCH = "PORTAL_COMPILED_SCHEDULER"  # "0": always the Python sources
 _state: dict[str, bool] = {}
 
 
-def _sources() -> dict[str, str]:
+def source_hashes() -> dict[str, str]:
     return {name: hashlib.sha256((PACKAGE / name).read_bytes()).hexdigest() for name in MODULES}
 
 
-def _tag() -> str:
+def python_tag() -> str:
     return f"{sys.implementation.cache_tag} {sysconfig.get_config_var('EXT_SUFFIX')}"
 
 
@@ -65,22 +65,26 @@ def active() -> bool:
     """Whether this process runs the compiled core: a build whose manifest matches the sources and this Python,
     not switched off. Decided once per process (the first ``use``)."""
     if "active" not in _state:
-        _state["active"] = _decide()
+        _state["active"] = usable()
     return _state["active"]
 
 
-def _decide(*, quiet: bool = False) -> bool:
+def usable(*, quiet: bool = False) -> bool:
+    """Whether the build in ``BUILD`` may be used now (``active`` decides it once per process); ``quiet``: without
+    logging why not."""
     if os.environ.get(SWITCH, "1") == "0":
         return False
     try:
         manifest = json.loads((BUILD / MANIFEST).read_text())
     except (OSError, ValueError):
         return False  # never built here (no compiler, or a checkout without `make install`): the sources run
-    if manifest.get("tag") != _tag():
+    if manifest.get("tag") != python_tag():
         if not quiet:
             log.warning("The compiled scheduler core in %s was built for another Python; running the sources.", BUILD)
         return False
-    changed = sorted(name for name, digest in _sources().items() if manifest.get("sources", {}).get(name) != digest)
+    changed = sorted(
+        name for name, digest in source_hashes().items() if manifest.get("sources", {}).get(name) != digest
+    )
     if changed:
         if not quiet:
             log.warning(

@@ -162,7 +162,7 @@ class RoomMaker(CycleState):
         # made (if they are not yet) from the eviction order before this victim leaves it
         by_service, _ = self.by_service, self.service_gpus
         # by identity: comparing frozen dataclasses field by field made this the slowest step of a cycle
-        self.evictable = [r for r in self.evictable if r is not victim]
+        self._evictable = [r for r in self.evictable if r is not victim]
         self.running = [r for r in self.running if r is not victim]
         if self.on_node is not None:
             for node in {slot.node for slot in victim.slots}:
@@ -170,9 +170,9 @@ class RoomMaker(CycleState):
         self.evictable_gpus[victim.department] -= victim.gpus
         remaining = [pair for pair in by_service if pair[1] is not victim]
         if len(remaining) < len(by_service):
-            self.by_service = remaining
+            self._by_service = remaining
             if victim.service(self.now) >= self.policy.factor * self.policy.quantum:
-                self.service_gpus -= victim.gpus
+                self._service_gpus = self.service_gpus - victim.gpus
         self.stopping.append(victim)
         if self.after_stop is not None:
             self.after_stop.release(victim.slots)

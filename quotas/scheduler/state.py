@@ -82,8 +82,8 @@ class CycleState:
         self.on_node: dict[str, list[RunningJob]] | None = None
         # Eviction searches are the costly part of a cycle: this many per cycle, the rest try next cycle.
         self.searches_left, self.moves_left = EVICTION_SEARCHES_PER_CYCLE, MOVE_SEARCHES_PER_CYCLE
-        # Made when first read (the properties below), then kept up to date; plain attributes rather than
-        # functools.cached_property, so that the compiled core (quotas.scheduler.compiled) has them as fields.
+        # Made when first read (the properties below), then kept up to date (room._evict writes them); fields rather
+        # than functools.cached_property, which the compiled core (quotas.scheduler.compiled) does not have.
         self._pinned: set[str] | None = None
         self._evictable: list[RunningJob] | None = None
         self._by_service: list[tuple[float, RunningJob]] | None = None
@@ -98,10 +98,6 @@ class CycleState:
             self._pinned = self._make_pinned()
         return self._pinned
 
-    @pinned.setter
-    def pinned(self, value: set[str]) -> None:
-        self._pinned = value
-
     def _make_pinned(self) -> set[str]:
         return {slot.node for job in self.running if not job.preemptible for slot in job.slots}
 
@@ -112,10 +108,6 @@ class CycleState:
         if self._evictable is None:
             self._evictable = self._make_evictable()
         return self._evictable
-
-    @evictable.setter
-    def evictable(self, value: list[RunningJob]) -> None:
-        self._evictable = value
 
     def _make_evictable(self) -> list[RunningJob]:
         now = self.now
@@ -140,10 +132,6 @@ class CycleState:
         if self._by_service is None:
             self._by_service = self._make_by_service()
         return self._by_service
-
-    @by_service.setter
-    def by_service(self, value: list[tuple[float, RunningJob]]) -> None:
-        self._by_service = value
 
     def _make_by_service(self) -> list[tuple[float, RunningJob]]:
         pairs = list(self._served(self.evictable))
@@ -174,10 +162,6 @@ class CycleState:
         if self._service_gpus is None:
             self._service_gpus = self._make_service_gpus()
         return self._service_gpus
-
-    @service_gpus.setter
-    def service_gpus(self, value: float) -> None:
-        self._service_gpus = value
 
     def _make_service_gpus(self) -> float:
         floor = self.policy.factor * self.policy.quantum

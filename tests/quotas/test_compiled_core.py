@@ -19,7 +19,7 @@ def build(tmp_path, monkeypatch):
     monkeypatch.delenv(compiled.SWITCH, raising=False)
 
     def write(sources=None, tag=None):
-        manifest = {"tag": compiled._tag() if tag is None else tag, "sources": compiled._sources()}
+        manifest = {"tag": compiled.python_tag() if tag is None else tag, "sources": compiled.source_hashes()}
         manifest["sources"].update(sources or {})
         (tmp_path / compiled.MANIFEST).write_text(json.dumps(manifest))
 
@@ -28,36 +28,36 @@ def build(tmp_path, monkeypatch):
 
 def test_a_build_of_exactly_these_sources_for_this_python_is_used(build):
     build()
-    assert compiled._decide()
+    assert compiled.usable()
 
 
 def test_without_a_build_the_sources_run(build):
-    assert not compiled._decide()
+    assert not compiled.usable()
 
 
 def test_a_build_of_other_sources_is_not_used_and_the_log_names_what_changed(build, caplog):
     build(sources={"room.py": "0" * 64})
     with caplog.at_level(logging.WARNING, logger=compiled.__name__):
-        assert not compiled._decide()
+        assert not compiled.usable()
     assert "room.py" in caplog.text and "make install" in caplog.text
 
 
 def test_a_build_for_another_python_is_not_used(build, caplog):
     build(tag="cpython-312 .cpython-312-x86_64-linux-gnu.so")
     with caplog.at_level(logging.WARNING, logger=compiled.__name__):
-        assert not compiled._decide()
+        assert not compiled.usable()
     assert "another Python" in caplog.text
 
 
 def test_the_switch_runs_the_sources_even_with_a_good_build(build, monkeypatch):
     build()
     monkeypatch.setenv(compiled.SWITCH, "0")
-    assert not compiled._decide()
+    assert not compiled.usable()
 
 
 def test_an_unreadable_manifest_runs_the_sources(build, tmp_path):
     (tmp_path / compiled.MANIFEST).write_text("{not json")
-    assert not compiled._decide()
+    assert not compiled.usable()
 
 
 def test_where_it_is_used_its_folders_come_first_on_the_packages_path(build, tmp_path, monkeypatch):

@@ -14,11 +14,13 @@ from django.conf import settings
 
 from clusters.models import Cluster
 from jobs.models import Job
+from quotas.scheduler import compiled
 from tests.conftest import World
 from tests.processes import wait_for
 
 PROBE = Path(__file__).with_name("hostile_probe.py")
 PLANTED = "zz_nlp_planted.pth"  # the .pth file the probe tries to plant (removed after the suite whatever happens)
+PLANTED_CODE = "zz_nlp_planted.txt"  # what it tries to write beside the portal's own code (removed the same way)
 FINAL = {"succeeded", "failed", "cancelled"}
 
 
@@ -121,11 +123,21 @@ def kill_marked(marker: str, *, timeout: float = 10) -> None:
 
 
 def remove_planted() -> None:
-    """What the probe may have planted in environments (it must not reach other suites' jobs)."""
+    """What the probe may have planted in environments (it must not reach other suites' jobs) and beside the
+    portal's code."""
     for path in (executor_root() / "envs").glob(f"*/*/*/lib/python*/site-packages/{PLANTED}"):
         path.unlink()
     for path in (executor_root() / "envs").glob("*/*/*/planted.txt"):
         path.unlink()
+    for folder in portal_code_folders().values():
+        (Path(folder) / PLANTED_CODE).unlink(missing_ok=True)
+
+
+def portal_code_folders() -> dict[str, str]:
+    """Folders of code the portal's processes import: the scheduler core's sources and, where it was built, its
+    compiled build (quotas.scheduler.compiled), which every process that schedules loads."""
+    folders = {"core": compiled.PACKAGE, "build": compiled.BUILD / "quotas" / "scheduler"}
+    return {name: str(path) for name, path in folders.items() if path.is_dir()}
 
 
 def heartbeat(path: Path) -> int:

@@ -149,6 +149,12 @@ def main() -> int:
         "vision_pth": attempt(lambda: write(os.path.join(vision["site_packages"], hints["planted"]), plant)),
     }
 
+    # 3b. The portal's own code, which its processes import: the scheduler core and its compiled build.
+    verdict["portal_code"] = {
+        name: attempt(lambda p=path: write(os.path.join(p, hints["planted_code"])))
+        for name, path in hints["portal_code"].items()
+    }
+
     # 4. The broker and the datastores.
     verdict["network"] = {
         f"{host}:{port}": attempt(lambda h=host, p=port: connect(h, p)) for host, port in hints["tcp"]

@@ -193,6 +193,8 @@ def play(world: World, *, isolation: str, marker: str, folder: Path, portal: Por
         "planted": hostile.PLANTED,
         "pids": {"test": os.getpid(), "worker": portal.worker_pid},
         "secret_files": secret_files(demo_password),
+        "portal_code": hostile.portal_code_folders(),
+        "planted_code": hostile.PLANTED_CODE,
         "vision": {
             "files": {
                 "code": str(vision_dir / "code" / "vision.py"),

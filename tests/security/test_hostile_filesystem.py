@@ -48,6 +48,15 @@ def test_3_its_environment_is_read_only_and_its_departments_own(attack):
         assert attack.next_vision_env == "by nlp", "the next vision job ran the code nlp planted"
 
 
+def test_3b_it_cannot_write_beside_the_code_the_portal_imports(attack):
+    code = attack.verdict["portal_code"]
+    assert set(attack.hints["portal_code"]) == set(code) and "core" in code, code
+    if attack.sandboxed:
+        assert all(refused(r, "ENOENT") for r in code.values()), code
+    else:
+        assert all(r["ok"] for r in code.values()), code  # then the next import could have been its code
+
+
 def test_5b_its_own_tensorboard_shows_nothing_of_another_departments(attack):
     assert attack.verdict["tensorboard_link"]["ok"], "a job may make links in its own folders"
     leaked = {
